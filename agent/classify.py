@@ -1,0 +1,407 @@
+"""The classifier: every object of a snapshot into exactly one owner class (SPEC §4).
+
+Pure functions over plain data: no I/O, no clock (the caller passes `now`). This module is the
+only place ownership is decided; the report, the metrics and the cleanup plan only read its
+result.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agent import names
+from agent.snapshot import (
+    Ipset,
+    IptChain,
+    IptRule,
+    IptTable,
+    IpvsService,
+    Links,
+    NftTable,
+    Snapshot,
+)
+
+
+class Owner(StrEnum):
+    IPVS_LEFTOVER = "ipvs-leftover"
+    NFTABLES_MODE = "nftables-mode"
+    KUBELET = "kubelet"
+    FOREIGN = "foreign"
+    UNKNOWN_KUBE = "unknown-kube"
+
+
+@dataclass(frozen=True)
+class Finding:
+    owner: Owner
+    source: str  # the reader that saw it
+    kind: str  # ipvs-service | ipset | chain | jump-rule | rule | link | nft-table
+    name: str  # how an operator names it
+    evidence: tuple[str, ...]
+    obj: object = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ChainRef:
+    table: IptTable
+    chain: IptChain
+
+
+@dataclass(frozen=True)
+class RuleRef:
+    table: IptTable
+    rule: IptRule
+
+
+@dataclass(frozen=True)
+class Mode:
+    detected: str  # ipvs | iptables | nftables | unknown
+    nftables_confirmed: bool
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Classification:
+    findings: tuple[Finding, ...]
+    mode: Mode
+    stale: bool
+
+    def owned_by(self, owner: Owner, kind: str | None = None) -> list[Finding]:
+        return [f for f in self.findings if f.owner is owner and (kind is None or f.kind == kind)]
+
+    @property
+    def leftovers(self) -> list[Finding]:
+        return self.owned_by(Owner.IPVS_LEFTOVER)
+
+
+# --- IPVS -----------------------------------------------------------------------------------
+
+
+def _addr(text: str) -> str:
+    return str(ipaddress.ip_address(text.split("/")[0]))
+
+
+def needs_set_entries(services: Iterable[IpvsService], links: Links) -> bool:
+    """True when some virtual server can only be attributed through ipset members."""
+    bound = {_addr(a) for a in links.kube_ipvs0.addresses} if links.kube_ipvs0 else set()
+    return any(s.address is None or _addr(s.address) not in bound for s in services)
+
+
+def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> list[str]:
+    """Why `svc` is kube-proxy's; empty when nothing says so (then it is foreign)."""
+    if svc.address is None or svc.port is None:
+        return []  # kube-proxy's ipvs mode never makes fwmark services
+    addr = _addr(svc.address)
+    evidence = []
+    if links.kube_ipvs0 and addr in {_addr(a) for a in links.kube_ipvs0.addresses}:
+        evidence.append(f"address {addr} is bound to {names.KUBE_IPVS0}")
+    member = f"{addr},{svc.protocol.lower()}:{svc.port}"
+    node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
+    for s in sets:
+        entries = s.entries or ()
+        if s.name in names.VIP_PORT_SETS and member in entries:
+            evidence.append(f"{member} is a member of ipset {s.name}")
+        elif (
+            s.name in node_port_sets
+            and addr in {_addr(a) for a in _node_addresses(links)}
+            and str(svc.port) in entries
+        ):
+            evidence.append(f"NodePort {svc.port} on node address {addr} is in ipset {s.name}")
+    if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
+        evidence.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
+    return evidence
+
+
+def _node_addresses(links: Links) -> tuple[str, ...]:
+    return links.node_addresses
+
+
+def classify_ipvs(
+    services: Iterable[IpvsService], links: Links, sets: tuple[Ipset, ...]
+) -> Iterator[Finding]:
+    for svc in services:
+        evidence = ipvs_service_evidence(svc, links, sets)
+        owner = Owner.IPVS_LEFTOVER if evidence else Owner.FOREIGN
+        if not evidence:
+            evidence = ["no kube-ipvs0 address, KUBE-* set member, NodePort or probe evidence"]
+        yield Finding(owner, "ipvs", "ipvs-service", svc.key, tuple(evidence), svc)
+
+
+# --- ipsets ---------------------------------------------------------------------------------
+
+
+def classify_ipset(s: Ipset) -> Finding:
+    known = names.IPVS_SETS.get(s.name)
+    if known is not None:
+        types, family, old = known
+        family_ok = s.family in (None, family)
+        if s.type in types and family_ok:
+            why = f"kube-proxy ipvs-mode set {'of an older release ' if old else ''}"
+            why += f"({s.type}, IPv{family})"
+            return Finding(Owner.IPVS_LEFTOVER, "ipsets", "ipset", s.name, (why,), s)
+        return Finding(
+            Owner.UNKNOWN_KUBE,
+            "ipsets",
+            "ipset",
+            s.name,
+            (f"kube-proxy's name but type {s.type} family {s.family}, expected {types[0]}",),
+            s,
+        )
+    if s.name.startswith("KUBE-"):
+        return Finding(
+            Owner.UNKNOWN_KUBE,
+            "ipsets",
+            "ipset",
+            s.name,
+            ("KUBE- name that no kube-proxy release uses",),
+            s,
+        )
+    return Finding(Owner.FOREIGN, "ipsets", "ipset", s.name, ("not a kube-proxy name",), s)
+
+
+def ipset_family(name: str) -> str:
+    return "ipv6" if name.startswith("KUBE-6-") else "ipv4"
+
+
+# --- iptables -------------------------------------------------------------------------------
+
+
+def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
+    """Ownership of a (table, chain) pair; the backend and family never change it."""
+    if (table, chain) in names.KUBELET_CHAINS:
+        return Owner.KUBELET, f"kubelet chain {table}/{chain}"
+    if chain in names.IPVS_CHAINS.get(table, ()):
+        return Owner.IPVS_LEFTOVER, f"kube-proxy ipvs-mode chain {table}/{chain}"
+    if chain in names.OLD_IPVS_CHAINS.get(table, ()):
+        return Owner.IPVS_LEFTOVER, f"chain {table}/{chain} of an older ipvs-mode release"
+    if chain in names.AMBIGUOUS_CHAINS.get(table, ()):
+        return Owner.UNKNOWN_KUBE, f"{table}/{chain}: old kubelet or old ipvs mode; never touched"
+    if chain.startswith("KUBE-"):
+        return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no ipvs-mode or kubelet chain"
+    return Owner.FOREIGN, f"{table}/{chain} is not a Kubernetes chain"
+
+
+def _where(t: IptTable) -> str:
+    return f"{t.backend}/{t.family}/{t.name}"
+
+
+def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
+    """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules."""
+    if rule.target is None or not rule.target.startswith("KUBE-"):
+        return None
+    owner, _ = chain_owner(t.name, rule.target)
+    name = f"{_where(t)} {rule.chain} -> {rule.target}"
+    if owner is Owner.IPVS_LEFTOVER:
+        expected = names.IPVS_JUMPS.get((t.name, rule.chain, rule.target))
+        note = (
+            f"kube-proxy's jump, comment {rule.comment!r}"
+            if expected is not None and rule.comment == expected
+            else f"jump into ipvs-mode chain {rule.target} (comment {rule.comment!r})"
+        )
+        return Finding(
+            Owner.IPVS_LEFTOVER,
+            f"iptables_{t.backend}",
+            "jump-rule",
+            name,
+            (note,),
+            RuleRef(t, rule),
+        )
+    if owner is Owner.KUBELET:
+        return Finding(
+            Owner.KUBELET,
+            f"iptables_{t.backend}",
+            "jump-rule",
+            name,
+            (f"jump into kubelet chain {rule.target}",),
+            RuleRef(t, rule),
+        )
+    return Finding(
+        Owner.UNKNOWN_KUBE,
+        f"iptables_{t.backend}",
+        "jump-rule",
+        name,
+        (f"jump into {rule.target}, which is no ipvs-mode chain",),
+        RuleRef(t, rule),
+    )
+
+
+def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
+    for t in tables:
+        kinds = {c.name: chain_owner(t.name, c.name)[0] for c in t.chains}
+        for chain in t.chains:
+            if chain.builtin:
+                for rule in chain.rules:
+                    jump = classify_rule(t, rule)
+                    if jump is not None:
+                        yield jump
+                continue
+            owner, why = chain_owner(t.name, chain.name)
+            evidence = [why]
+            refs = foreign_references(t, chain, kinds)
+            evidence += [f"referenced by {r.chain}: {r.text}" for r in refs]
+            yield Finding(
+                owner,
+                f"iptables_{t.backend}",
+                "chain",
+                f"{_where(t)} {chain.name}",
+                tuple(evidence),
+                ChainRef(t, chain),
+            )
+
+
+def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) -> list[IptRule]:
+    """Rules in non-built-in chains of another owner that jump into `chain`."""
+    own = kinds.get(chain.name)
+    return [
+        r
+        for c in t.chains
+        if not c.builtin and kinds.get(c.name) is not own
+        for r in c.rules
+        if r.target == chain.name
+    ]
+
+
+# --- nftables and links ---------------------------------------------------------------------
+
+
+def classify_nft_table(t: NftTable) -> Finding | None:
+    key = (t.family, t.name)
+    if key in names.IPTABLES_NFT_TABLES:
+        return None  # iptables-nft's tables: their chains are classified as iptables chains
+    if key in names.NFTABLES_MODE_TABLES:
+        return Finding(
+            Owner.NFTABLES_MODE,
+            "nftables",
+            "nft-table",
+            f"{t.family} {t.name}",
+            ("kube-proxy's nftables-mode table",),
+            t,
+        )
+    return Finding(
+        Owner.FOREIGN,
+        "nftables",
+        "nft-table",
+        f"{t.family} {t.name}",
+        ("not a kube-proxy table",),
+        t,
+    )
+
+
+def classify_link(links: Links) -> Finding | None:
+    link = links.kube_ipvs0
+    if link is None:
+        return None
+    if link.kind == "dummy":
+        return Finding(
+            Owner.IPVS_LEFTOVER,
+            "links",
+            "link",
+            link.name,
+            (f"dummy link {link.name} with {len(link.addresses)} addresses",),
+            link,
+        )
+    return Finding(
+        Owner.UNKNOWN_KUBE,
+        "links",
+        "link",
+        link.name,
+        (f"{link.name} is of kind {link.kind}, not kube-proxy's dummy",),
+        link,
+    )
+
+
+# --- mode and the nftables-mode confirmation (SPEC §5) --------------------------------------
+
+
+def _families(snap: Snapshot, v6_leftovers: bool) -> set[str]:
+    health = snap.kube_proxy.healthz.data
+    if health is not None and health.families:
+        return set(health.families)
+    metrics = snap.kube_proxy.metrics.data
+    if metrics is not None and any(metrics.last_sync):
+        return {f for f in metrics.last_sync if f}
+    return {"IPv4", "IPv6"} if v6_leftovers else {"IPv4"}
+
+
+def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
+    kp = snap.kube_proxy
+    evidence: list[str] = []
+    failed: list[str] = []
+    mode = kp.proxy_mode.data if kp.proxy_mode.status == "ok" else None
+    if mode is not None:
+        evidence.append(f"/proxyMode answers {mode}")
+    else:
+        failed.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
+    detected = mode if mode in ("ipvs", "iptables", "nftables") else "unknown"
+    if mode != "nftables":
+        failed.append("kube-proxy does not say nftables")
+
+    families = _families(snap, v6_leftovers)
+    tables = {(t.family, t.name) for t in snap.nftables.data}
+    for fam in sorted(families):
+        key = ("ip6" if fam == "IPv6" else "ip", "kube-proxy")
+        if key in tables:
+            evidence.append(f"nftables table {key[0]} kube-proxy exists ({fam})")
+        else:
+            failed.append(f"no nftables table {key[0]} kube-proxy for active family {fam}")
+
+    health = kp.healthz.data
+    if health is None:
+        failed.append(f"/healthz {kp.healthz.status}: {kp.healthz.error}")
+    elif not health.healthy:
+        failed.append(f"/healthz answers HTTP {health.http_status}, unhealthy")
+    else:
+        ref = health.current_time or kp.read_at or now
+        stamps = (
+            {f: health.families.get(f) for f in families}
+            if health.families
+            else {"": health.last_updated}
+        )
+        for fam, stamp in sorted(stamps.items()):
+            age = None if stamp is None else ref - stamp
+            if age is None or age > max_sync_age:
+                failed.append(f"/healthz last sync {fam or 'any'} not within {max_sync_age:.0f}s")
+            else:
+                evidence.append(f"/healthz last sync {fam or ''} {age:.0f}s ago".replace("  ", " "))
+    metrics = kp.metrics.data
+    if metrics is not None:
+        if metrics.nftables_series:
+            evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
+        elif mode == "nftables":
+            failed.append("/metrics has no nftables-mode series")
+        for fam, stamp in sorted(metrics.last_sync.items()):
+            if fam and fam not in families:
+                continue
+            if (kp.read_at or now) - stamp > max_sync_age:
+                failed.append(f"metric last sync {fam} older than {max_sync_age:.0f}s")
+    confirmed = not failed
+    return Mode(detected, confirmed, tuple(evidence if confirmed else evidence + failed))
+
+
+# --- the whole snapshot ---------------------------------------------------------------------
+
+
+def classify(snap: Snapshot, now: float, max_sync_age: float = 300.0) -> Classification:
+    findings: list[Finding] = []
+    findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
+    findings += (classify_ipset(s) for s in snap.ipsets.data)
+    findings += classify_iptables(snap.iptables_legacy.data)
+    findings += classify_iptables(snap.iptables_nft.data)
+    findings += filter(None, (classify_nft_table(t) for t in snap.nftables.data))
+    link = classify_link(snap.links.data)
+    if link is not None:
+        findings.append(link)
+    leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
+    v6 = any(_is_v6(f) for f in leftovers)
+    mode = detect_mode(snap, now, max_sync_age, v6)
+    return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
+
+
+def _is_v6(f: Finding) -> bool:
+    if f.kind == "ipset":
+        return ipset_family(f.name) == "ipv6"
+    if f.kind == "ipvs-service":
+        return isinstance(f.obj, IpvsService) and f.obj.family == 6
+    return f.source.startswith("iptables") and "/ipv6/" in f.name

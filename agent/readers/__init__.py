@@ -1,0 +1,1 @@
+"""One module per kernel or kube-proxy source. Readers only read."""

@@ -1,0 +1,131 @@
+"""kube-proxy's own word: /proxyMode and /metrics (:10249), /healthz (:10256).
+
+Unreachable is `absent` (kube-proxy may simply not run here); an answer that cannot be
+understood is `error`. Neither raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.readers._timing import Absent, timed
+from agent.snapshot import KubeProxy, KubeProxyHealth, KubeProxyMetrics
+
+MODES = ("ipvs", "iptables", "nftables", "kernelspace")
+_MAX_BODY = 16 * 1024 * 1024
+# kube-proxy listens on the node itself: an HTTP(S)_PROXY from the pod's environment must not
+# send these requests elsewhere.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Garbage(ValueError):
+    """kube-proxy answered, but not in a form kube-proxy uses."""
+
+
+def _get(url: str, timeout: float) -> tuple[int, bytes]:
+    try:
+        with _OPENER.open(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read(_MAX_BODY)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(_MAX_BODY)
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise Absent(f"{url} unreachable: {reason}") from exc
+
+
+def parse_proxy_mode(status: int, body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    if status != 200 or text not in MODES:
+        raise Garbage(f"/proxyMode answered HTTP {status} {text[:40]!r}, not a proxy mode")
+    return text
+
+
+def parse_metrics(body: bytes) -> KubeProxyMetrics:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = body.decode("utf-8")
+        samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    except (UnicodeDecodeError, ValueError, IndexError, TypeError) as exc:
+        raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
+    names = {s.name for s in samples}
+    if not any(n.startswith("kubeproxy_") for n in names):
+        raise Garbage("/metrics has no kubeproxy_ series")
+    last_sync: dict[str, float] = {}
+    nft_failures: float | None = None
+    localhost = invalid = None
+    for s in samples:
+        if s.name == "kubeproxy_sync_proxy_rules_last_timestamp_seconds":
+            last_sync[s.labels.get("ip_family", "")] = float(s.value)
+        elif s.name == "kubeproxy_sync_proxy_rules_nftables_sync_failures_total":
+            nft_failures = (nft_failures or 0.0) + float(s.value)
+        elif s.name == "kubeproxy_iptables_localhost_nodeports_accepted_packets_total":
+            localhost = (localhost or 0.0) + float(s.value)
+        elif s.name == "kubeproxy_iptables_ct_state_invalid_dropped_packets_total":
+            invalid = (invalid or 0.0) + float(s.value)
+    return KubeProxyMetrics(
+        last_sync=last_sync,
+        nftables_sync_failures=nft_failures,
+        nftables_series=any(n.startswith("kubeproxy_sync_proxy_rules_nftables_") for n in names),
+        ipvs_series=False,  # ipvs mode registers no series of its own
+        iptables_series=any(n.startswith("kubeproxy_iptables_") for n in names),
+        localhost_nodeport_packets=localhost,
+        ct_state_invalid_dropped=invalid,
+    )
+
+
+# Go's %q of a time.Time: "2024-05-25 03:22:43.5 +0000 UTC m=+12.3"
+_GO_TIME = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d+))? ([+-]\d{4})(?: \S+)?(?: m=[+-][\d.]+)?$"
+)
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_timestamp(text: str) -> float:
+    """Unix seconds from either timestamp format kube-proxy's healthz has used."""
+    m = _RFC3339.match(text) or _GO_TIME.match(text)
+    if not m:
+        raise Garbage(f"unknown timestamp format {text[:40]!r}")
+    day, clock, frac, zone = m.groups()
+    zone = "+00:00" if zone == "Z" else zone
+    if ":" not in zone:
+        zone = f"{zone[:3]}:{zone[3:]}"
+    base = datetime.fromisoformat(f"{day}T{clock}{zone}").astimezone(UTC).timestamp()
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+def parse_healthz(status: int, body: bytes) -> KubeProxyHealth:
+    try:
+        doc: Any = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Garbage(f"/healthz is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or "lastUpdated" not in doc or status not in (200, 503):
+        raise Garbage(f"/healthz answered HTTP {status} without lastUpdated")
+    families: dict[str, float | None] = {}
+    for fam, st in (doc.get("status") or {}).items():
+        stamp = st.get("lastUpdated") if isinstance(st, dict) else None
+        families[str(fam)] = parse_timestamp(stamp) if isinstance(stamp, str) else None
+    current = doc.get("currentTime")
+    return KubeProxyHealth(
+        http_status=status,
+        healthy=status == 200 and doc.get("healthy", True) is not False,
+        last_updated=parse_timestamp(str(doc["lastUpdated"])),
+        current_time=parse_timestamp(current) if isinstance(current, str) else None,
+        families=families,
+    )
+
+
+def read(metrics_url: str, healthz_url: str, timeout: float) -> KubeProxy:
+    base = metrics_url.rstrip("/")
+    return KubeProxy(
+        proxy_mode=timed(lambda: parse_proxy_mode(*_get(f"{base}/proxyMode", timeout)), None),
+        metrics=timed(lambda: parse_metrics(_get(f"{base}/metrics", timeout)[1]), None),
+        healthz=timed(lambda: parse_healthz(*_get(healthz_url, timeout)), None),
+        read_at=time.time(),
+    )

@@ -1,0 +1,163 @@
+"""The audit report: a JSON document (schema in docs/audit-json.md) and its human rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import __version__, exitcodes
+from agent.classify import ChainRef, Classification, Finding, Owner, ipset_family
+from agent.snapshot import Ipset, IpvsService, Link, Snapshot
+
+SCHEMA = 1
+
+
+def _chain_rows(c: Classification) -> tuple[list[dict[str, Any]], int]:
+    rows = []
+    for f in c.owned_by(Owner.IPVS_LEFTOVER, "chain"):
+        assert isinstance(f.obj, ChainRef)
+        table, chain = f.obj.table, f.obj.chain
+        rows.append(
+            {
+                "backend": table.backend,
+                "family": table.family,
+                "table": table.name,
+                "chain": chain.name,
+                "rules": len(chain.rules),
+            }
+        )
+    return rows, len(c.owned_by(Owner.IPVS_LEFTOVER, "jump-rule"))
+
+
+def _ipvs_counts(findings: list[Finding]) -> dict[str, int]:
+    services = [f.obj for f in findings if isinstance(f.obj, IpvsService)]
+    return {
+        "ipvs_virtual_servers": len(services),
+        "ipvs_real_servers": sum(len(s.dests) for s in services),
+    }
+
+
+def _by_family(findings: list[Finding], value: Any) -> dict[str, int]:
+    out = {"ipv4": 0, "ipv6": 0}
+    for f in findings:
+        out[ipset_family(f.name)] += value(f.obj)
+    return out
+
+
+def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
+    """The stable `audit --json` document."""
+    sets = c.owned_by(Owner.IPVS_LEFTOVER, "ipset")
+    chains, jumps = _chain_rows(c)
+    link = snap.links.data.kube_ipvs0
+    addrs = link.addresses if link else ()
+    return {
+        "schema": SCHEMA,
+        "agent_version": __version__,
+        "kernel": snap.kernel.data.release,
+        "mode": {
+            "detected": c.mode.detected,
+            "nftables_confirmed": c.mode.nftables_confirmed,
+            "evidence": list(c.mode.evidence),
+        },
+        "sources": {
+            name: {"status": r.status, "error": r.error, "seconds": round(r.seconds, 6)}
+            for name, r in snap.sources().items()
+        },
+        "leftovers": {
+            **_ipvs_counts(c.owned_by(Owner.IPVS_LEFTOVER, "ipvs-service")),
+            "kube_ipvs0": {
+                "present": link is not None,
+                "kind": link.kind if link else None,
+                "up": link.up if link else None,
+                "addresses": {
+                    "ipv4": sum(":" not in a for a in addrs),
+                    "ipv6": sum(":" in a for a in addrs),
+                },
+            },
+            "ipsets": _by_family(sets, lambda s: 1),
+            "ipset_entries": _by_family(sets, lambda s: s.elements),
+            "iptables_chains": chains,
+            "iptables_jump_rules": jumps,
+        },
+        "foreign": _ipvs_counts(c.owned_by(Owner.FOREIGN, "ipvs-service")),
+        "stale": c.stale,
+        "sysctls": dict(snap.kernel.data.sysctls),
+        "findings": [
+            {
+                "class": f.owner.value,
+                "source": f.source,
+                "kind": f.kind,
+                "name": f.name,
+                "evidence": list(f.evidence),
+            }
+            for f in c.findings
+        ],
+    }
+
+
+def exit_code(snap: Snapshot, c: Classification) -> int:
+    """SPEC §3: 4 when a source failed, else 1 for objects not confirmed in use by ipvs mode."""
+    if any(r.status == "error" for r in snap.sources().values()):
+        return exitcodes.ERROR
+    if c.leftovers and c.mode.detected != "ipvs":
+        return exitcodes.REMAINS
+    return exitcodes.OK
+
+
+def verdict(snap: Snapshot, c: Classification) -> str:
+    errors = [n for n, r in snap.sources().items() if r.status == "error"]
+    n = len(c.leftovers)
+    if errors:
+        return f"INCOMPLETE: could not read {', '.join(errors)}; see the errors above"
+    if not n:
+        return "CLEAN: no ipvs-mode objects on this node"
+    if c.mode.detected == "ipvs":
+        return f"IN USE: {n} ipvs-mode objects, and kube-proxy runs ipvs mode"
+    if c.stale:
+        return f"STALE: {n} ipvs-mode leftovers while kube-proxy runs nftables mode (confirmed)"
+    return f"LEFTOVERS: {n} ipvs-mode objects; kube-proxy mode {c.mode.detected}, not confirmed"
+
+
+def _describe(f: Finding) -> str:
+    obj = f.obj
+    if isinstance(obj, IpvsService):
+        return f"{f.name} ({len(obj.dests)} real servers, {obj.scheduler})"
+    if isinstance(obj, Ipset):
+        return f"{f.name} {obj.type} ({obj.elements} entries, {obj.references} references)"
+    if isinstance(obj, Link):
+        return f"{f.name} {obj.kind} {'UP' if obj.up else 'DOWN'} ({len(obj.addresses)} addrs)"
+    if isinstance(obj, ChainRef):
+        return f"{f.name} ({len(obj.chain.rules)} rules)"
+    return f.name
+
+
+def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
+    """The human report: grouped by class, then source; the verdict last."""
+    lines = [f"ipvs-leftovers {__version__} audit, kernel {snap.kernel.data.release}"]
+    lines.append(
+        f"kube-proxy mode: {c.mode.detected}; nftables mode confirmed: "
+        f"{'yes' if c.mode.nftables_confirmed else 'no'}"
+    )
+    lines += [f"  - {e}" for e in c.mode.evidence]
+    lines.append("sources:")
+    for name, r in snap.sources().items():
+        lines.append(f"  {name:20} {r.status}{': ' + r.error if r.error else ''}")
+    for owner in Owner:
+        found = [f for f in c.findings if f.owner is owner]
+        if not found:
+            continue
+        lines.append(f"{owner.value} ({len(found)}):")
+        for source in sorted({f.source for f in found}):
+            group = [f for f in found if f.source == source]
+            lines.append(f"  {source} ({len(group)}):")
+            shown = group if verbose or owner is Owner.IPVS_LEFTOVER else group[:20]
+            for f in shown:
+                lines.append(f"    {_describe(f)}")
+                if verbose or owner is not Owner.FOREIGN:
+                    lines += [f"        evidence: {e}" for e in f.evidence]
+            if len(shown) < len(group):
+                lines.append(f"    ... {len(group) - len(shown)} more (--verbose lists all)")
+    if snap.kernel.data.sysctls:
+        lines.append("sysctls (reported, never changed by audit):")
+        lines += [f"  {k} = {v}" for k, v in sorted(snap.kernel.data.sysctls.items())]
+    lines.append(verdict(snap, c))
+    return "\n".join(lines)

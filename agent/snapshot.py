@@ -1,0 +1,211 @@
+"""Plain, immutable data the readers return: the node as it was when read.
+
+Every reader returns a `Reading`: its data plus a status. `absent` means the kernel subsystem or
+endpoint is not there (a successful read of "nothing"); `error` means it is there and could not be
+read, and carries the error text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+Status = Literal["ok", "absent", "error"]
+T = TypeVar("T", covariant=True)
+
+
+@dataclass(frozen=True)
+class Reading(Generic[T]):
+    status: Status
+    data: T
+    error: str | None = None
+    seconds: float = 0.0
+
+
+# --- IPVS -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IpvsDest:
+    address: str
+    port: int
+    forward: str  # masq | local | tunnel | route | bypass
+    weight: int
+    active_conns: int = 0
+    inactive_conns: int = 0
+    persist_conns: int = 0
+
+
+@dataclass(frozen=True)
+class IpvsService:
+    family: int  # 4 or 6
+    protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services
+    address: str | None
+    port: int | None
+    fwmark: int | None
+    scheduler: str
+    flags: int
+    timeout: int
+    dests: tuple[IpvsDest, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The service as ipvsadm names it: `TCP 10.96.0.1:443`, `TCP [fd00::1]:443`."""
+        if self.fwmark:
+            return f"FWM {self.fwmark} IPv{self.family}"
+        host = f"[{self.address}]" if self.family == 6 else str(self.address)
+        return f"{self.protocol} {host}:{self.port}"
+
+
+# --- ipsets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ipset:
+    name: str
+    type: str
+    family: int | None  # 4, 6, or None for family-less types (bitmap:port)
+    elements: int
+    references: int
+    # Members in `ipset save` notation (`10.96.0.1,tcp:443`, `30080`); None when not read.
+    entries: tuple[str, ...] | None = None
+
+
+# --- iptables (both backends) ---------------------------------------------------------------
+
+BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"})
+
+
+@dataclass(frozen=True)
+class IptRule:
+    chain: str
+    text: str  # the rule exactly as iptables-save prints it, after `-A CHAIN `
+    target: str | None  # -j / -g target
+    comment: str | None
+    match_sets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IptChain:
+    name: str
+    rules: tuple[IptRule, ...]
+
+    @property
+    def builtin(self) -> bool:
+        return self.name in BUILTIN_CHAINS
+
+
+@dataclass(frozen=True)
+class IptTable:
+    backend: str  # legacy | nft
+    family: str  # ipv4 | ipv6
+    name: str  # nat | filter | mangle | raw | security
+    chains: tuple[IptChain, ...]
+
+
+# --- nftables -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NftSet:
+    name: str
+    is_map: bool
+    elements: int | None  # None when not counted
+
+
+@dataclass(frozen=True)
+class NftTable:
+    family: str  # ip | ip6 | inet | arp | bridge | netdev
+    name: str
+    chains: int = 0
+    sets: tuple[NftSet, ...] = ()
+
+
+# --- links ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    index: int
+    kind: str | None
+    up: bool
+    addresses: tuple[str, ...]  # "10.96.0.1/32", "fd00::1/128"
+
+
+@dataclass(frozen=True)
+class Links:
+    kube_ipvs0: Link | None
+    # The node's own addresses on every other link, without prefix length.
+    node_addresses: tuple[str, ...] = ()
+
+
+# --- kernel facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    release: str
+    sysctls: dict[str, str] = field(default_factory=dict)
+
+
+# --- kube-proxy -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeProxyMetrics:
+    # kubeproxy_sync_proxy_rules_last_timestamp_seconds, by ip_family ("" when unlabelled).
+    last_sync: dict[str, float] = field(default_factory=dict)
+    nftables_sync_failures: float | None = None
+    nftables_series: bool = False
+    ipvs_series: bool = False
+    iptables_series: bool = False
+    localhost_nodeport_packets: float | None = None
+    ct_state_invalid_dropped: float | None = None
+
+
+@dataclass(frozen=True)
+class KubeProxyHealth:
+    http_status: int
+    healthy: bool
+    last_updated: float | None  # unix seconds
+    current_time: float | None
+    families: dict[str, float | None] = field(default_factory=dict)  # IPv4/IPv6 -> lastUpdated
+
+
+@dataclass(frozen=True)
+class KubeProxy:
+    proxy_mode: Reading[str | None]
+    metrics: Reading[KubeProxyMetrics | None]
+    healthz: Reading[KubeProxyHealth | None]
+    read_at: float = 0.0  # unix seconds when read, for freshness checks
+
+
+# --- the whole node -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    ipvs: Reading[tuple[IpvsService, ...]]
+    ipsets: Reading[tuple[Ipset, ...]]
+    iptables_legacy: Reading[tuple[IptTable, ...]]
+    iptables_nft: Reading[tuple[IptTable, ...]]
+    nftables: Reading[tuple[NftTable, ...]]
+    links: Reading[Links]
+    kernel: Reading[Kernel]
+    kube_proxy: KubeProxy
+
+    def sources(self) -> dict[str, Reading[object]]:
+        """Every source by its name in the report and the metrics."""
+        return {
+            "ipvs": self.ipvs,
+            "ipsets": self.ipsets,
+            "iptables_legacy": self.iptables_legacy,
+            "iptables_nft": self.iptables_nft,
+            "nftables": self.nftables,
+            "links": self.links,
+            "kernel": self.kernel,
+            "kube_proxy_mode": self.kube_proxy.proxy_mode,
+            "kube_proxy_metrics": self.kube_proxy.metrics,
+            "kube_proxy_healthz": self.kube_proxy.healthz,
+        }
