@@ -83,8 +83,7 @@ def _third_party(t: dict[str, _Table]) -> None:
         "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j DOCKER",
         "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE",
         "-A DOCKER -i docker0 -j RETURN",
-        '-A PREROUTING -m comment --comment "CNI portfwd requiring masquerade" '
-        "-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+        "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
     ]
     flt.chain("DOCKER", "DOCKER-ISOLATION-STAGE-1", "DOCKER-ISOLATION-STAGE-2", "DOCKER-USER")
     flt.rules += [

@@ -1,0 +1,231 @@
+"""A stand-in for kube-proxy's metrics (:10249) and healthz (:10256) servers (reference §6).
+
+Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSON state file is
+re-read on every request, so a test flips behaviour by rewriting it:
+  {"mode": "nftables"|"ipvs"|"iptables", "families": ["IPv4", "IPv6"], "healthy": true,
+   "last_sync_age": 5.0, "healthz_format": "json"|"old"|"oldest", "garbage": false,
+   "sync_failures": 0}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STATE: dict[str, Any] = {
+    "mode": "nftables",
+    "families": ["IPv4"],
+    "healthy": True,
+    "last_sync_age": 5.0,
+    "healthz_format": "json",
+    "garbage": False,
+    "sync_failures": 0,
+}
+_STARTED = time.monotonic()
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    return {**DEFAULT_STATE, **data}
+
+
+def rfc3339nano(ts: float) -> str:
+    # Go's time.RFC3339Nano: trailing zeros of the fraction dropped, "Z" for UTC.
+    dt = datetime.fromtimestamp(ts, UTC)
+    frac = f"{dt.microsecond:06d}".rstrip("0")
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
+
+
+def go_time_string(ts: float) -> str:
+    """time.Time.String() with a monotonic reading, as %q printed it in old kube-proxy."""
+    dt = datetime.fromtimestamp(ts, UTC)
+    frac = f"{dt.microsecond:06d}".rstrip("0")
+    mono = ts - time.time() + time.monotonic() - _STARTED
+    return (dt.strftime("%Y-%m-%d %H:%M:%S") + (f".{frac}" if frac else "")
+            + f" +0000 UTC m=+{mono:.9f}")
+
+
+def healthz_body(state: dict[str, Any], now: float) -> tuple[int, str]:
+    healthy = bool(state["healthy"])
+    last = now - float(state["last_sync_age"])
+    # On 200 kube-proxy reports lastUpdated as "now" for backward compatibility.
+    shown = now if healthy else last
+    fmt = state["healthz_format"]
+    code = 200 if healthy else 503
+    if fmt == "old":
+        return code, (f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
+                      f'"{go_time_string(now)}", "nodeEligible": true}}')
+    if fmt == "oldest":
+        return code, (f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
+                      f'"{go_time_string(now)}"}}')
+    body = {
+        "lastUpdated": rfc3339nano(shown),
+        "currentTime": rfc3339nano(now),
+        "nodeEligible": True,
+        "healthy": healthy,
+        "status": {
+            fam: {"lastUpdated": rfc3339nano(last), "healthy": healthy}
+            for fam in state["families"]
+        },
+    }
+    return code, json.dumps(body, separators=(",", ":"))
+
+
+def _counter(lines: list[str], name: str, help_: str, samples: list[tuple[str, float]]) -> None:
+    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} counter"]
+    lines += [f"{name}{labels} {value:g}" for labels, value in samples]
+
+
+def _gauge(lines: list[str], name: str, help_: str, samples: list[tuple[str, float]]) -> None:
+    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} gauge"]
+    lines += [f"{name}{labels} {value!r}" for labels, value in samples]
+
+
+def _histogram(lines: list[str], name: str, help_: str, fams: list[str]) -> None:
+    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} histogram"]
+    buckets = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256",
+               "0.512", "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]
+    for fam in fams:
+        for b in buckets:
+            count = 0 if float(b) < 0.008 else 42
+            lines.append(f'{name}_bucket{{ip_family="{fam}",le="{b}"}} {count}')
+        lines += [f'{name}_sum{{ip_family="{fam}"}} 0.53', f'{name}_count{{ip_family="{fam}"}} 42']
+
+
+def metrics_body(state: dict[str, Any], now: float) -> str:
+    fams = list(state["families"])
+    per_fam = lambda v: [(f'{{ip_family="{f}"}}', v) for f in fams]  # noqa: E731
+    mode = state["mode"]
+    failures = float(state["sync_failures"])
+    last = now - float(state["last_sync_age"])
+    lines: list[str] = []
+    _histogram(lines, "kubeproxy_network_programming_duration_seconds",
+               "In Cluster Network Programming Latency in seconds", fams)
+    _counter(lines, "kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status",
+             [('{code="200"}', 120.0)] + ([('{code="503"}', 3.0)] if not state["healthy"] else []))
+    _counter(lines, "kubeproxy_proxy_livez_total", "Cumulative proxy livez HTTP status",
+             [('{code="200"}', 120.0)])
+    _histogram(lines, "kubeproxy_sync_proxy_rules_duration_seconds",
+               "SyncProxyRules latency in seconds", fams)
+    _gauge(lines, "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+           "Pending proxy rules Endpoint changes", per_fam(0.0))
+    _counter(lines, "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+             "Cumulative proxy rules Endpoint changes", per_fam(57.0))
+    _gauge(lines, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+           "The last time a sync of proxy rules was queued", per_fam(last))
+    _gauge(lines, "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+           "The last time proxy rules were successfully synced", per_fam(last))
+    _counter(lines, "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+             "Number of services with a Local traffic policy and no endpoints",
+             [(f'{{ip_family="{f}",traffic_policy="{p}"}}', 0.0)
+              for f in fams for p in ("external", "internal")])
+    _gauge(lines, "kubeproxy_sync_proxy_rules_service_changes_pending",
+           "Pending proxy rules Service changes", per_fam(0.0))
+    _counter(lines, "kubeproxy_sync_proxy_rules_service_changes_total",
+             "Cumulative proxy rules Service changes", per_fam(23.0))
+    if mode == "nftables":
+        _counter(lines, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                 "Cumulative proxy nftables sync failures", per_fam(failures))
+        _counter(lines, "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+                 "Cumulative proxy nftables cleanup failures", per_fam(0.0))
+    elif mode == "iptables":
+        _counter(lines, "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+                 "packets dropped by iptables to work around conntrack problems", [("", 0.0)])
+        _counter(lines, "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+                 "Number of packets accepted on nodeports of loopback interface", [("", 0.0)])
+        _counter(lines, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+                 "Cumulative proxy iptables restore failures", per_fam(failures))
+    elif mode == "ipvs":
+        _counter(lines, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+                 "Cumulative proxy iptables restore failures", per_fam(failures))
+    return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    state_file: Path
+    server_version = "fake-kube-proxy"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # keep the test's output quiet
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        state = load_state(self.state_file)
+        if state["garbage"]:
+            self._send(200, os.urandom(64) + b"\xff\xfe{not json", "application/octet-stream")
+            return
+        now = time.time()
+        path = self.path.split("?", 1)[0]
+        text = "text/plain; charset=utf-8"
+        if path == "/proxyMode":
+            self._send(200, str(state["mode"]).encode(), text)
+        elif path == "/metrics":
+            self._send(200, metrics_body(state, now).encode(), "text/plain; version=0.0.4")
+        elif path in ("/healthz", "/livez"):
+            code, body = healthz_body(state, now)
+            if path == "/livez" and state["healthz_format"] == "json":
+                data = json.loads(body)
+                data.pop("nodeEligible", None)
+                body = json.dumps(data, separators=(",", ":"))
+            self._send(code, body.encode(), "application/json")
+        else:
+            self._send(404, b"404 page not found\n", text)
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _server(listen: str, handler: type[Handler]) -> ThreadingHTTPServer:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    cls = _Server6 if ":" in host else ThreadingHTTPServer
+    return cls((host, int(port)), handler)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m lab.fake_kube_proxy")
+    ap.add_argument("--state-file", required=True, type=Path)
+    ap.add_argument("--metrics-listen", default="127.0.0.1:10249")
+    ap.add_argument("--healthz-listen", default="127.0.0.1:10256")
+    args = ap.parse_args(argv)
+    handler = type("BoundHandler", (Handler,), {"state_file": args.state_file})
+    servers = [_server(a, handler) for a in (args.metrics_listen, args.healthz_listen)]
+    for srv in servers:
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    pid_file = Path(f"{args.state_file}.pid")
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
+        pid_file.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Plain-data snapshots for the pure tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import iptables_save
+from agent.snapshot import (
+    Kernel,
+    KubeProxy,
+    KubeProxyHealth,
+    KubeProxyMetrics,
+    Links,
+    Reading,
+    Snapshot,
+)
+
+NOW = 1_800_000_000.0
+
+
+def ok(data: Any) -> Reading[Any]:
+    return Reading("ok", data)
+
+
+def kube_proxy(
+    mode: str | None = "nftables",
+    families: tuple[str, ...] = ("IPv4",),
+    sync_age: float = 5.0,
+    healthy: bool = True,
+) -> KubeProxy:
+    if mode is None:
+        absent: Reading[Any] = Reading("absent", None, "unreachable")
+        return KubeProxy(absent, absent, absent, NOW)
+    metrics = KubeProxyMetrics(
+        last_sync={f: NOW - sync_age for f in families},
+        nftables_sync_failures=0.0 if mode == "nftables" else None,
+        nftables_series=mode == "nftables",
+        iptables_series=mode == "iptables",
+    )
+    health = KubeProxyHealth(
+        http_status=200 if healthy else 503,
+        healthy=healthy,
+        last_updated=NOW,
+        current_time=NOW,
+        families={f: NOW - sync_age for f in families},
+    )
+    return KubeProxy(ok(mode), ok(metrics), ok(health), NOW)
+
+
+def snapshot(
+    ipvs: tuple[Any, ...] = (),
+    ipsets: tuple[Any, ...] = (),
+    legacy: str = "",
+    nft: str = "",
+    nft_v6: str = "",
+    nftables: tuple[Any, ...] = (),
+    links: Links | None = None,
+    kp: KubeProxy | None = None,
+) -> Snapshot:
+    nft_tables = iptables_save.parse(nft, "nft", "ipv4") + iptables_save.parse(
+        nft_v6, "nft", "ipv6"
+    )
+    return Snapshot(
+        ipvs=ok(ipvs),
+        ipsets=ok(ipsets),
+        iptables_legacy=ok(iptables_save.parse(legacy, "legacy", "ipv4")),
+        iptables_nft=ok(nft_tables),
+        nftables=ok(nftables),
+        links=ok(links or Links(kube_ipvs0=None)),
+        kernel=ok(Kernel(release="6.1.0")),
+        kube_proxy=kp or kube_proxy(),
+    )

@@ -1,0 +1,228 @@
+"""Every ownership rule of SPEC §4, on plain data."""
+
+from __future__ import annotations
+
+from agent.classify import Owner, classify, ipvs_service_evidence
+from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links, NftTable
+from tests.unit.builders import NOW, kube_proxy, snapshot
+
+KUBE_IPVS0 = Link("kube-ipvs0", 3, "dummy", False, ("10.96.0.1/32", "10.96.0.10/32"))
+LINKS = Links(KUBE_IPVS0, node_addresses=("192.168.50.10", "fd00:50::10"))
+
+
+def svc(
+    addr: str | None, port: int | None, proto: str = "TCP", fam: int = 4, **kw: object
+) -> IpvsService:
+    dests = (IpvsDest("10.244.0.3", port or 0, "masq", 1),)
+    return IpvsService(fam, proto, addr, port, kw.get("fwmark"), "rr", 2, 0, dests)  # type: ignore[arg-type]
+
+
+def owners(snap_kwargs: dict[str, object]) -> dict[str, Owner]:
+    c = classify(snapshot(**snap_kwargs), NOW)  # type: ignore[arg-type]
+    return {f.name: f.owner for f in c.findings}
+
+
+def test_ipvs_service_on_kube_ipvs0_is_a_leftover() -> None:
+    ev = ipvs_service_evidence(svc("10.96.0.1", 443), LINKS, ())
+    assert ev == ["address 10.96.0.1 is bound to kube-ipvs0"]
+
+
+def test_ipvs_service_in_cluster_ip_set_is_a_leftover() -> None:
+    sets = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.5.5,tcp:80",)),)
+    ev = ipvs_service_evidence(svc("10.96.5.5", 80), Links(None), sets)
+    assert ev == ["10.96.5.5,tcp:80 is a member of ipset KUBE-CLUSTER-IP"]
+    # same address, other protocol: no evidence
+    assert ipvs_service_evidence(svc("10.96.5.5", 80, "UDP"), Links(None), sets) == []
+
+
+def test_ipv6_service_in_kube_6_set() -> None:
+    sets = (Ipset("KUBE-6-CLUSTER-IP", "hash:ip,port", 6, 1, 0, ("fd00:10:96::1,tcp:443",)),)
+    ev = ipvs_service_evidence(svc("fd00:10:96::1", 443, fam=6), Links(None), sets)
+    assert ev == ["fd00:10:96::1,tcp:443 is a member of ipset KUBE-6-CLUSTER-IP"]
+
+
+def test_nodeport_needs_node_address_and_port_in_the_protocols_set() -> None:
+    sets = (
+        Ipset("KUBE-NODE-PORT-TCP", "bitmap:port", None, 1, 0, ("30080",)),
+        Ipset("KUBE-NODE-PORT-UDP", "bitmap:port", None, 1, 0, ("30053",)),
+    )
+    assert ipvs_service_evidence(svc("192.168.50.10", 30080), LINKS, sets) == [
+        "NodePort 30080 on node address 192.168.50.10 is in ipset KUBE-NODE-PORT-TCP"
+    ]
+    assert ipvs_service_evidence(svc("192.168.50.10", 30053), LINKS, sets) == []  # TCP, not UDP
+    assert ipvs_service_evidence(svc("192.168.99.1", 30080), LINKS, sets) == []  # not a node IP
+
+
+def test_probe_service_is_a_leftover_and_keepalived_is_foreign() -> None:
+    o = owners(
+        {
+            "ipvs": (
+                svc("198.51.100.0", 20000),
+                svc("192.168.50.100", 80),
+                svc(None, None, "FWM", fwmark=16384),
+            ),
+            "links": LINKS,
+        }
+    )
+    assert o == {
+        "TCP 198.51.100.0:20000": Owner.IPVS_LEFTOVER,
+        "TCP 192.168.50.100:80": Owner.FOREIGN,
+        "FWM 16384 IPv4": Owner.FOREIGN,
+        "kube-ipvs0": Owner.IPVS_LEFTOVER,
+    }
+
+
+def test_ipsets_by_name_type_and_family() -> None:
+    o = owners(
+        {
+            "ipsets": (
+                Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 3, 1),
+                Ipset("KUBE-6-LOAD-BALANCER-SOURCE-CID", "hash:ip,port,net", 6, 0, 0),
+                Ipset("KUBE-NODE-PORT-TCP", "bitmap:port", None, 0, 0),
+                Ipset("KUBE-NODE-PORT-SCTP", "bitmap:port", None, 0, 0),  # older release
+                Ipset("KUBE-CLUSTER-IP-X", "hash:ip", 4, 0, 0),
+                Ipset("KUBE-IPVS-IPS", "hash:net", 4, 0, 0),  # wrong type
+                Ipset("KUBE-6-CLUSTER-IP", "hash:ip,port", 4, 0, 0),  # wrong family
+                Ipset("office-allow", "hash:net", 4, 3, 0),
+            )
+        }
+    )
+    assert o == {
+        "KUBE-CLUSTER-IP": Owner.IPVS_LEFTOVER,
+        "KUBE-6-LOAD-BALANCER-SOURCE-CID": Owner.IPVS_LEFTOVER,
+        "KUBE-NODE-PORT-TCP": Owner.IPVS_LEFTOVER,
+        "KUBE-NODE-PORT-SCTP": Owner.IPVS_LEFTOVER,
+        "KUBE-CLUSTER-IP-X": Owner.UNKNOWN_KUBE,
+        "KUBE-IPVS-IPS": Owner.UNKNOWN_KUBE,
+        "KUBE-6-CLUSTER-IP": Owner.UNKNOWN_KUBE,
+        "office-allow": Owner.FOREIGN,
+    }
+
+
+TWO_FIREWALLS = """*nat
+:POSTROUTING ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:KUBE-MARK-DROP - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-KUBELET-CANARY - [0:0]
+:DOCKER - [0:0]
+:KUBE-SVC-ABCDEF - [0:0]
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A POSTROUTING -j DOCKER
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:KUBE-IPVS-FILTER - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
+-A OUTPUT -j KUBE-FIREWALL
+-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+COMMIT
+*mangle
+:KUBE-IPTABLES-HINT - [0:0]
+:KUBE-KUBELET-CANARY - [0:0]
+COMMIT
+"""
+
+
+def test_kube_firewall_in_two_tables_has_two_owners_in_both_backends() -> None:
+    for key in ("legacy", "nft"):
+        o = owners({key: TWO_FIREWALLS})
+        p = f"{key}/ipv4"
+        assert o[f"{p}/nat KUBE-FIREWALL"] is Owner.IPVS_LEFTOVER
+        assert o[f"{p}/filter KUBE-FIREWALL"] is Owner.KUBELET
+        assert o[f"{p}/filter INPUT -> KUBE-FIREWALL"] is Owner.KUBELET
+        assert o[f"{p}/filter OUTPUT -> KUBE-FIREWALL"] is Owner.KUBELET
+        assert o[f"{p}/nat KUBE-MARK-DROP"] is Owner.UNKNOWN_KUBE
+        assert o[f"{p}/nat KUBE-KUBELET-CANARY"] is Owner.KUBELET
+        assert o[f"{p}/mangle KUBE-KUBELET-CANARY"] is Owner.KUBELET
+        assert o[f"{p}/mangle KUBE-IPTABLES-HINT"] is Owner.KUBELET
+        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.UNKNOWN_KUBE  # iptables mode's
+        assert o[f"{p}/nat DOCKER"] is Owner.FOREIGN
+        assert o[f"{p}/nat POSTROUTING -> KUBE-POSTROUTING"] is Owner.IPVS_LEFTOVER
+        assert o[f"{p}/filter INPUT -> KUBE-IPVS-FILTER"] is Owner.IPVS_LEFTOVER
+        assert f"{p}/nat POSTROUTING -> DOCKER" not in o  # foreign jumps are not findings
+
+
+def test_filter_kube_node_port_and_nat_kube_node_port_are_both_ipvs() -> None:
+    dump = "*nat\n:KUBE-NODE-PORT - [0:0]\nCOMMIT\n*filter\n:KUBE-NODE-PORT - [0:0]\nCOMMIT\n"
+    o = owners({"nft": "", "nft_v6": dump})
+    assert o == {
+        "nft/ipv6/nat KUBE-NODE-PORT": Owner.IPVS_LEFTOVER,
+        "nft/ipv6/filter KUBE-NODE-PORT": Owner.IPVS_LEFTOVER,
+    }
+
+
+def test_foreign_reference_is_reported_as_evidence() -> None:
+    dump = """*nat
+:KUBE-MARK-MASQ - [0:0]
+:CNI-HOSTPORT-SETMARK - [0:0]
+-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ
+COMMIT
+"""
+    c = classify(snapshot(legacy=dump), NOW)
+    (f,) = [f for f in c.findings if f.name.endswith("KUBE-MARK-MASQ")]
+    assert f.owner is Owner.IPVS_LEFTOVER
+    assert "referenced by CNI-HOSTPORT-SETMARK: -j KUBE-MARK-MASQ" in f.evidence
+
+
+def test_nftables_tables() -> None:
+    o = owners(
+        {
+            "nftables": (
+                NftTable("ip", "kube-proxy", 10),
+                NftTable("ip6", "kube-proxy", 10),
+                NftTable("inet", "kube-proxy", 1),
+                NftTable("ip", "nat", 4),  # iptables-nft's: its chains are classified instead
+                NftTable("inet", "filter-user", 1),
+            )
+        }
+    )
+    assert o == {
+        "ip kube-proxy": Owner.NFTABLES_MODE,
+        "ip6 kube-proxy": Owner.NFTABLES_MODE,
+        "inet kube-proxy": Owner.FOREIGN,
+        "inet filter-user": Owner.FOREIGN,
+    }
+
+
+def test_kube_ipvs0_only_dummy_is_a_leftover() -> None:
+    assert owners({"links": LINKS}) == {"kube-ipvs0": Owner.IPVS_LEFTOVER}
+    bridge = Links(Link("kube-ipvs0", 3, "bridge", True, ()))
+    assert owners({"links": bridge}) == {"kube-ipvs0": Owner.UNKNOWN_KUBE}
+
+
+# --- mode confirmation (SPEC §5 gate) -------------------------------------------------------
+
+KP_TABLE = (NftTable("ip", "kube-proxy", 10),)
+LEFTOVER_SET = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 0, 0),)
+
+
+def test_confirmed_nftables_with_leftovers_is_stale() -> None:
+    c = classify(snapshot(ipsets=LEFTOVER_SET, nftables=KP_TABLE), NOW)
+    assert c.mode.detected == "nftables" and c.mode.nftables_confirmed and c.stale
+
+
+def test_not_confirmed_when_any_condition_fails() -> None:
+    cases = {
+        "ipvs": kube_proxy("ipvs"),
+        "iptables": kube_proxy("iptables"),
+        "unreachable": kube_proxy(None),
+        "stale sync": kube_proxy(sync_age=600),
+        "unhealthy": kube_proxy(healthy=False),
+        "no ip6 table": kube_proxy(families=("IPv4", "IPv6")),
+    }
+    for why, kp in cases.items():
+        c = classify(snapshot(ipsets=LEFTOVER_SET, nftables=KP_TABLE, kp=kp), NOW)
+        assert not c.mode.nftables_confirmed, why
+        assert not c.stale, why
+    assert not classify(snapshot(kp=kube_proxy()), NOW).mode.nftables_confirmed  # no table
+
+
+def test_detected_mode_and_clean_node_is_not_stale() -> None:
+    assert classify(snapshot(kp=kube_proxy("ipvs")), NOW).mode.detected == "ipvs"
+    assert classify(snapshot(kp=kube_proxy(None)), NOW).mode.detected == "unknown"
+    c = classify(snapshot(nftables=KP_TABLE), NOW)
+    assert c.mode.nftables_confirmed and not c.stale
