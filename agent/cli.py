@@ -14,13 +14,13 @@ from agent.collect import Options
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise click.BadParameter(f"{value!r} is not an http(s)://HOST[:PORT] URL")
     try:
+        parsed = urlparse(value)
         parsed.port  # noqa: B018 - raises on a bad port
     except ValueError as exc:
         raise click.BadParameter(f"{value!r}: {exc}") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s)://HOST[:PORT] URL")
     return value
 
 

@@ -6,7 +6,6 @@ import subprocess
 
 from lab import render
 from lab.model import Node, family_of
-from lab.state import node_addresses
 
 NODE_LINK = "eth0"
 # The peer stays in the same namespace: it only gives eth0 a carrier (no dummy driver here).
@@ -101,7 +100,6 @@ def _sysctls(netns: str, node: Node) -> None:
 
 def _real_server_routes(netns: str, node: Node) -> None:
     # IPVS refuses real servers without a unicast route ("address not unicast").
-    on_link = set(node_addresses(node, "ipv4") + node_addresses(node, "ipv6"))
     for cidr in (*node.pod_cidrs, *node.extra_routes):
-        if family_of(cidr) in node.families and cidr not in on_link:
+        if family_of(cidr) in node.families:
             run(["ip", "-n", netns, "route", "replace", cidr, "dev", NODE_LINK])

@@ -106,7 +106,10 @@ def _histogram(lines: list[str], name: str, help_: str, fams: list[str]) -> None
 
 def metrics_body(state: dict[str, Any], now: float) -> str:
     fams = list(state["families"])
-    per_fam = lambda v: [(f'{{ip_family="{f}"}}', v) for f in fams]  # noqa: E731
+
+    def per_fam(value: float) -> list[tuple[str, float]]:
+        return [(f'{{ip_family="{f}"}}', value) for f in fams]
+
     mode = state["mode"]
     failures = float(state["sync_failures"])
     last = now - float(state["last_sync_age"])
@@ -155,6 +158,7 @@ def metrics_body(state: dict[str, Any], now: float) -> str:
 
 class Handler(BaseHTTPRequestHandler):
     state_file: Path
+    role: str  # "metrics" (:10249) or "healthz" (:10256)
     server_version = "fake-kube-proxy"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -175,11 +179,13 @@ class Handler(BaseHTTPRequestHandler):
         now = time.time()
         path = self.path.split("?", 1)[0]
         text = "text/plain; charset=utf-8"
-        if path == "/proxyMode":
+        if self.role == "metrics" and path == "/proxyMode":
             self._send(200, str(state["mode"]).encode(), text)
-        elif path == "/metrics":
+        elif self.role == "metrics" and path == "/metrics":
             self._send(200, metrics_body(state, now).encode(), "text/plain; version=0.0.4")
-        elif path in ("/healthz", "/livez"):
+        elif self.role == "metrics" and path == "/healthz":
+            self._send(200, b"ok", text)  # the apiserver-style check on the metrics port
+        elif self.role == "healthz" and path in ("/healthz", "/livez"):
             code, body = healthz_body(state, now)
             if path == "/livez" and state["healthz_format"] == "json":
                 data = json.loads(body)
@@ -207,8 +213,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics-listen", default="127.0.0.1:10249")
     ap.add_argument("--healthz-listen", default="127.0.0.1:10256")
     args = ap.parse_args(argv)
-    handler = type("BoundHandler", (Handler,), {"state_file": args.state_file})
-    servers = [_server(a, handler) for a in (args.metrics_listen, args.healthz_listen)]
+    servers = [
+        _server(listen, type(f"{role}Handler", (Handler,),
+                             {"state_file": args.state_file, "role": role}))
+        for role, listen in (("metrics", args.metrics_listen), ("healthz", args.healthz_listen))
+    ]
     for srv in servers:
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()

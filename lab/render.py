@@ -138,7 +138,10 @@ def _kube_proxy(t: dict[str, _Table], node: Node, family: Family) -> None:
     nat, flt = t["nat"], t["filter"]
     nat.chain(*n.CHAINS["nat"])
     flt.chain(*n.CHAINS["filter"])
-    sn = lambda base: n.set_name(base, family)  # noqa: E731
+
+    def sn(base: str) -> str:
+        return n.set_name(base, family)
+
     mark = node.masquerade_mark
     loopback = "::1/128" if family == "ipv6" else "127.0.0.0/8"
     nat.rules.append(f"-A {n.SERVICES} -s {loopback} -j RETURN")

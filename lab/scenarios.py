@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lab.model import Node, Port, Service
+from lab.model import Family, Node, Port, Service
 
 NODE_V4 = "192.168.50.10/24"
 NODE_V6 = "fd00:50::10/64"
@@ -70,7 +70,7 @@ def realistic_node(n_services: int = 12, dual_stack: bool = False, **kw: Any) ->
             f"team-{i % 4}", f"app-{i}", "ClusterIP", _cips(2048 + i, d),
             (Port("http", "TCP", 8080),), endpoints=_pods(100 + 3 * i, 2, d)))
     node_ips = (NODE_V4, NODE_V6) if d else (NODE_V4,)
-    families = ("ipv4", "ipv6") if d else ("ipv4",)
+    families: tuple[Family, ...] = ("ipv4", "ipv6") if d else ("ipv4",)
     base = Node(services=tuple(services), node_ips=node_ips, families=families)
     return replace(base, **kw)
 

@@ -1,0 +1,90 @@
+"""Shared fixtures: throwaway network namespaces and the agent run inside them.
+
+The agent acts on the namespace it runs in, so tests run it with `ip netns exec`, exactly as a
+DaemonSet runs it in the host's namespace. Nothing here touches the machine's own namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the lab package lives beside the agent
+
+from lab import build as lab_build  # noqa: E402
+
+AGENT = str(Path(sys.executable).with_name("ipvs-leftovers"))
+IN_VM = os.environ.get("IPVS_LEFTOVERS_IN_VM") == "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-vm",
+        action="store_true",
+        help="fail (not skip) when the VM tier cannot run: IPVS or dummy unavailable",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if IN_VM:
+        return
+    for item in items:
+        if "vm" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="VM tier: scripts/vm-run runs it"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _vm_tier_guard(request: pytest.FixtureRequest) -> None:
+    """With --require-vm, a run outside the VM is an error, not a quiet skip of the VM tier."""
+    if request.config.getoption("--require-vm") and not IN_VM:
+        pytest.fail("--require-vm: not inside the VM, so the VM tier did not run", pytrace=False)
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_agent(
+    ns: str, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> Result:
+    cmd = ["ip", "netns", "exec", ns, *prefix, AGENT, *args]
+    full_env = {**os.environ, **(env or {})}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=full_env)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.fixture
+def netns() -> Iterator[Any]:
+    """Factory of fresh namespaces, each deleted after the test."""
+    if os.geteuid() != 0:
+        pytest.fail("the namespace tier needs root (run scripts/test, or deselect -m 'not netns')")
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"ilt-{uuid.uuid4().hex[:8]}"
+        lab_build.create_netns(name)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        for pidfile in Path("/tmp").glob(f"{name}*.pid"):
+            pidfile.unlink(missing_ok=True)
+        lab_build.delete_netns(name)
