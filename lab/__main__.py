@@ -32,9 +32,14 @@ def main(argv: list[str] | None = None) -> int:
             delete_netns(args.netns)
             return 0
         node = realistic_node(
-            args.services, args.dual_stack, backend=args.backend, with_ipvs=args.with_ipvs,
-            nftables_table=args.nftables_table, third_party=args.third_party,
-            old_release_orphans=args.old_orphans, strict_arp=args.strict_arp,
+            args.services,
+            args.dual_stack,
+            backend=args.backend,
+            with_ipvs=args.with_ipvs,
+            nftables_table=args.nftables_table,
+            third_party=args.third_party,
+            old_release_orphans=args.old_orphans,
+            strict_arp=args.strict_arp,
             kubelet=not args.no_kubelet,
         )
         create_netns(args.netns)

@@ -87,11 +87,13 @@ def _sysctls(netns: str, node: Node) -> None:
     if node.ipvs_leftovers:
         values["net.ipv4.ip_forward"] = "1"
         if node.with_ipvs:  # these exist only once ip_vs is loaded
-            values.update({
-                "net.ipv4.vs.conntrack": "1",
-                "net.ipv4.vs.expire_nodest_conn": "1",
-                "net.ipv4.vs.expire_quiescent_template": "1",
-            })
+            values.update(
+                {
+                    "net.ipv4.vs.conntrack": "1",
+                    "net.ipv4.vs.expire_nodest_conn": "1",
+                    "net.ipv4.vs.expire_quiescent_template": "1",
+                }
+            )
     if node.strict_arp:
         values.update({"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"})
     for key, value in values.items():

@@ -53,8 +53,11 @@ def go_time_string(ts: float) -> str:
     dt = datetime.fromtimestamp(ts, UTC)
     frac = f"{dt.microsecond:06d}".rstrip("0")
     mono = ts - time.time() + time.monotonic() - _STARTED
-    return (dt.strftime("%Y-%m-%d %H:%M:%S") + (f".{frac}" if frac else "")
-            + f" +0000 UTC m=+{mono:.9f}")
+    return (
+        dt.strftime("%Y-%m-%d %H:%M:%S")
+        + (f".{frac}" if frac else "")
+        + f" +0000 UTC m=+{mono:.9f}"
+    )
 
 
 def healthz_body(state: dict[str, Any], now: float) -> tuple[int, str]:
@@ -65,19 +68,21 @@ def healthz_body(state: dict[str, Any], now: float) -> tuple[int, str]:
     fmt = state["healthz_format"]
     code = 200 if healthy else 503
     if fmt == "old":
-        return code, (f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
-                      f'"{go_time_string(now)}", "nodeEligible": true}}')
+        return code, (
+            f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
+            f'"{go_time_string(now)}", "nodeEligible": true}}'
+        )
     if fmt == "oldest":
-        return code, (f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
-                      f'"{go_time_string(now)}"}}')
+        return code, (
+            f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": "{go_time_string(now)}"}}'
+        )
     body = {
         "lastUpdated": rfc3339nano(shown),
         "currentTime": rfc3339nano(now),
         "nodeEligible": True,
         "healthy": healthy,
         "status": {
-            fam: {"lastUpdated": rfc3339nano(last), "healthy": healthy}
-            for fam in state["families"]
+            fam: {"lastUpdated": rfc3339nano(last), "healthy": healthy} for fam in state["families"]
         },
     }
     return code, json.dumps(body, separators=(",", ":"))
@@ -95,8 +100,24 @@ def _gauge(lines: list[str], name: str, help_: str, samples: list[tuple[str, flo
 
 def _histogram(lines: list[str], name: str, help_: str, fams: list[str]) -> None:
     lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} histogram"]
-    buckets = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256",
-               "0.512", "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]
+    buckets = [
+        "0.001",
+        "0.002",
+        "0.004",
+        "0.008",
+        "0.016",
+        "0.032",
+        "0.064",
+        "0.128",
+        "0.256",
+        "0.512",
+        "1.024",
+        "2.048",
+        "4.096",
+        "8.192",
+        "16.384",
+        "+Inf",
+    ]
     for fam in fams:
         for b in buckets:
             count = 0 if float(b) < 0.008 else 42
@@ -114,45 +135,115 @@ def metrics_body(state: dict[str, Any], now: float) -> str:
     failures = float(state["sync_failures"])
     last = now - float(state["last_sync_age"])
     lines: list[str] = []
-    _histogram(lines, "kubeproxy_network_programming_duration_seconds",
-               "In Cluster Network Programming Latency in seconds", fams)
-    _counter(lines, "kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status",
-             [('{code="200"}', 120.0)] + ([('{code="503"}', 3.0)] if not state["healthy"] else []))
-    _counter(lines, "kubeproxy_proxy_livez_total", "Cumulative proxy livez HTTP status",
-             [('{code="200"}', 120.0)])
-    _histogram(lines, "kubeproxy_sync_proxy_rules_duration_seconds",
-               "SyncProxyRules latency in seconds", fams)
-    _gauge(lines, "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-           "Pending proxy rules Endpoint changes", per_fam(0.0))
-    _counter(lines, "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-             "Cumulative proxy rules Endpoint changes", per_fam(57.0))
-    _gauge(lines, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-           "The last time a sync of proxy rules was queued", per_fam(last))
-    _gauge(lines, "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-           "The last time proxy rules were successfully synced", per_fam(last))
-    _counter(lines, "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-             "Number of services with a Local traffic policy and no endpoints",
-             [(f'{{ip_family="{f}",traffic_policy="{p}"}}', 0.0)
-              for f in fams for p in ("external", "internal")])
-    _gauge(lines, "kubeproxy_sync_proxy_rules_service_changes_pending",
-           "Pending proxy rules Service changes", per_fam(0.0))
-    _counter(lines, "kubeproxy_sync_proxy_rules_service_changes_total",
-             "Cumulative proxy rules Service changes", per_fam(23.0))
+    _histogram(
+        lines,
+        "kubeproxy_network_programming_duration_seconds",
+        "In Cluster Network Programming Latency in seconds",
+        fams,
+    )
+    _counter(
+        lines,
+        "kubeproxy_proxy_healthz_total",
+        "Cumulative proxy healthz HTTP status",
+        [('{code="200"}', 120.0)] + ([('{code="503"}', 3.0)] if not state["healthy"] else []),
+    )
+    _counter(
+        lines,
+        "kubeproxy_proxy_livez_total",
+        "Cumulative proxy livez HTTP status",
+        [('{code="200"}', 120.0)],
+    )
+    _histogram(
+        lines,
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "SyncProxyRules latency in seconds",
+        fams,
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+        "Pending proxy rules Endpoint changes",
+        per_fam(0.0),
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "Cumulative proxy rules Endpoint changes",
+        per_fam(57.0),
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "The last time a sync of proxy rules was queued",
+        per_fam(last),
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "The last time proxy rules were successfully synced",
+        per_fam(last),
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "Number of services with a Local traffic policy and no endpoints",
+        [
+            (f'{{ip_family="{f}",traffic_policy="{p}"}}', 0.0)
+            for f in fams
+            for p in ("external", "internal")
+        ],
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "Pending proxy rules Service changes",
+        per_fam(0.0),
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_service_changes_total",
+        "Cumulative proxy rules Service changes",
+        per_fam(23.0),
+    )
     if mode == "nftables":
-        _counter(lines, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-                 "Cumulative proxy nftables sync failures", per_fam(failures))
-        _counter(lines, "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
-                 "Cumulative proxy nftables cleanup failures", per_fam(0.0))
+        _counter(
+            lines,
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+            "Cumulative proxy nftables sync failures",
+            per_fam(failures),
+        )
+        _counter(
+            lines,
+            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+            "Cumulative proxy nftables cleanup failures",
+            per_fam(0.0),
+        )
     elif mode == "iptables":
-        _counter(lines, "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
-                 "packets dropped by iptables to work around conntrack problems", [("", 0.0)])
-        _counter(lines, "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-                 "Number of packets accepted on nodeports of loopback interface", [("", 0.0)])
-        _counter(lines, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-                 "Cumulative proxy iptables restore failures", per_fam(failures))
+        _counter(
+            lines,
+            "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+            "packets dropped by iptables to work around conntrack problems",
+            [("", 0.0)],
+        )
+        _counter(
+            lines,
+            "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+            "Number of packets accepted on nodeports of loopback interface",
+            [("", 0.0)],
+        )
+        _counter(
+            lines,
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+            "Cumulative proxy iptables restore failures",
+            per_fam(failures),
+        )
     elif mode == "ipvs":
-        _counter(lines, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-                 "Cumulative proxy iptables restore failures", per_fam(failures))
+        _counter(
+            lines,
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+            "Cumulative proxy iptables restore failures",
+            per_fam(failures),
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -214,8 +305,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--healthz-listen", default="127.0.0.1:10256")
     args = ap.parse_args(argv)
     servers = [
-        _server(listen, type(f"{role}Handler", (Handler,),
-                             {"state_file": args.state_file, "role": role}))
+        _server(
+            listen,
+            type(f"{role}Handler", (Handler,), {"state_file": args.state_file, "role": role}),
+        )
         for role, listen in (("metrics", args.metrics_listen), ("healthz", args.healthz_listen))
     ]
     for srv in servers:

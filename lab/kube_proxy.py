@@ -70,10 +70,24 @@ def start_fake_kube_proxy(
     # A file, not a pipe: nobody drains a pipe and a full one would block the server.
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", netns, sys.executable, "-m", "lab.fake_kube_proxy",
-             "--state-file", str(state_file), "--metrics-listen", metrics_listen,
-             "--healthz-listen", healthz_listen],
-            env=env, stdout=subprocess.DEVNULL, stderr=log,
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                sys.executable,
+                "-m",
+                "lab.fake_kube_proxy",
+                "--state-file",
+                str(state_file),
+                "--metrics-listen",
+                metrics_listen,
+                "--healthz-listen",
+                healthz_listen,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
     deadline = time.monotonic() + timeout
     # The pid file is written only after both sockets are listening.

@@ -34,33 +34,67 @@ HEALTH_CHECK_NODE_PORT = "KUBE-HEALTH-CHECK-NODE-PORT"
 IPVS_IPS = "KUBE-IPVS-IPS"
 
 SETS: tuple[SetInfo, ...] = (
-    SetInfo(LOOP_BACK, "hash:ip,port,ip",
-            "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
-    SetInfo(CLUSTER_IP, "hash:ip,port",
-            "Kubernetes service cluster ip + port for masquerade purpose"),
-    SetInfo(EXTERNAL_IP, "hash:ip,port",
-            "Kubernetes service external ip + port for masquerade and filter purpose"),
-    SetInfo(EXTERNAL_IP_LOCAL, "hash:ip,port",
-            "Kubernetes service external ip + port with externalTrafficPolicy=local"),
+    SetInfo(
+        LOOP_BACK,
+        "hash:ip,port,ip",
+        "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose",
+    ),
+    SetInfo(
+        CLUSTER_IP, "hash:ip,port", "Kubernetes service cluster ip + port for masquerade purpose"
+    ),
+    SetInfo(
+        EXTERNAL_IP,
+        "hash:ip,port",
+        "Kubernetes service external ip + port for masquerade and filter purpose",
+    ),
+    SetInfo(
+        EXTERNAL_IP_LOCAL,
+        "hash:ip,port",
+        "Kubernetes service external ip + port with externalTrafficPolicy=local",
+    ),
     SetInfo(LOAD_BALANCER, "hash:ip,port", "Kubernetes service lb portal"),
-    SetInfo(LOAD_BALANCER_FW, "hash:ip,port",
-            "Kubernetes service load balancer ip + port for load balancer with sourceRange"),
-    SetInfo(LOAD_BALANCER_LOCAL, "hash:ip,port",
-            "Kubernetes service load balancer ip + port with externalTrafficPolicy=local"),
-    SetInfo(LOAD_BALANCER_SOURCE_IP, "hash:ip,port,ip",
-            "Kubernetes service load balancer ip + port + source IP for packet filter purpose"),
-    SetInfo(LOAD_BALANCER_SOURCE_CIDR, "hash:ip,port,net",
-            "Kubernetes service load balancer ip + port + source cidr for packet filter purpose"),
+    SetInfo(
+        LOAD_BALANCER_FW,
+        "hash:ip,port",
+        "Kubernetes service load balancer ip + port for load balancer with sourceRange",
+    ),
+    SetInfo(
+        LOAD_BALANCER_LOCAL,
+        "hash:ip,port",
+        "Kubernetes service load balancer ip + port with externalTrafficPolicy=local",
+    ),
+    SetInfo(
+        LOAD_BALANCER_SOURCE_IP,
+        "hash:ip,port,ip",
+        "Kubernetes service load balancer ip + port + source IP for packet filter purpose",
+    ),
+    SetInfo(
+        LOAD_BALANCER_SOURCE_CIDR,
+        "hash:ip,port,net",
+        "Kubernetes service load balancer ip + port + source cidr for packet filter purpose",
+    ),
     SetInfo(NODE_PORT_TCP, "bitmap:port", "Kubernetes nodeport TCP port for masquerade purpose"),
-    SetInfo(NODE_PORT_LOCAL_TCP, "bitmap:port",
-            "Kubernetes nodeport TCP port with externalTrafficPolicy=local"),
+    SetInfo(
+        NODE_PORT_LOCAL_TCP,
+        "bitmap:port",
+        "Kubernetes nodeport TCP port with externalTrafficPolicy=local",
+    ),
     SetInfo(NODE_PORT_UDP, "bitmap:port", "Kubernetes nodeport UDP port for masquerade purpose"),
-    SetInfo(NODE_PORT_LOCAL_UDP, "bitmap:port",
-            "Kubernetes nodeport UDP port with externalTrafficPolicy=local"),
-    SetInfo(NODE_PORT_SCTP, "hash:ip,port",
-            "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'"),
-    SetInfo(NODE_PORT_LOCAL_SCTP, "hash:ip,port",
-            "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'"),
+    SetInfo(
+        NODE_PORT_LOCAL_UDP,
+        "bitmap:port",
+        "Kubernetes nodeport UDP port with externalTrafficPolicy=local",
+    ),
+    SetInfo(
+        NODE_PORT_SCTP,
+        "hash:ip,port",
+        "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'",
+    ),
+    SetInfo(
+        NODE_PORT_LOCAL_SCTP,
+        "hash:ip,port",
+        "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'",
+    ),
     SetInfo(HEALTH_CHECK_NODE_PORT, "bitmap:port", "Kubernetes health check node port"),
     SetInfo(IPVS_IPS, "hash:ip", "Addresses on the ipvs interface"),
 )
@@ -68,10 +102,14 @@ SET_BY_NAME = {s.name: s for s in SETS}
 
 # Sets from older releases that current kube-proxy neither creates nor destroys (§1.3).
 OLD_SETS: tuple[SetInfo, ...] = (
-    SetInfo("KUBE-NODE-PORT-SCTP", "bitmap:port",
-            "Kubernetes nodeport SCTP port for masquerade purpose"),
-    SetInfo("KUBE-NODE-PORT-LOCAL-SCTP", "bitmap:port",
-            "Kubernetes nodeport SCTP port with externalTrafficPolicy=local"),
+    SetInfo(
+        "KUBE-NODE-PORT-SCTP", "bitmap:port", "Kubernetes nodeport SCTP port for masquerade purpose"
+    ),
+    SetInfo(
+        "KUBE-NODE-PORT-LOCAL-SCTP",
+        "bitmap:port",
+        "Kubernetes nodeport SCTP port with externalTrafficPolicy=local",
+    ),
 )
 
 
@@ -96,8 +134,14 @@ IPVS_OUT_FILTER = "KUBE-IPVS-OUT-FILTER"
 
 CHAINS: dict[str, tuple[str, ...]] = {
     "nat": (SERVICES, POSTROUTING, NODE_PORT, LOAD_BALANCER_CHAIN, MARK_MASQ),
-    "filter": (FORWARD, NODE_PORT, PROXY_FIREWALL, SOURCE_RANGES_FIREWALL, IPVS_FILTER,
-               IPVS_OUT_FILTER),
+    "filter": (
+        FORWARD,
+        NODE_PORT,
+        PROXY_FIREWALL,
+        SOURCE_RANGES_FIREWALL,
+        IPVS_FILTER,
+        IPVS_OUT_FILTER,
+    ),
 }
 
 # iptablesJumpChain, in kube-proxy's order: (table, built-in chain, target, comment)

@@ -75,7 +75,9 @@ def nft_script(node: Node) -> str:
 
 
 def _kube_proxy_table(node: Node, family: Family) -> list[str]:
-    fam, addr, atype = ("ip6", "ip6", "ipv6_addr") if family == "ipv6" else ("ip", "ip", "ipv4_addr")
+    fam, addr, atype = (
+        ("ip6", "ip6", "ipv6_addr") if family == "ipv6" else ("ip", "ip", "ipv4_addr")
+    )
     p = f"{fam} {TABLE}"
     mark = f"{1 << node.masquerade_bit:#x}"
     svc_cidrs = ", ".join(c for c in node.service_cidrs if family_of(c) == family)
@@ -96,8 +98,15 @@ def _kube_proxy_table(node: Node, family: Family) -> list[str]:
     ]
     for name, ctype, hook, prio in BASE_CHAINS:
         out.append(f"add chain {p} {name} {{ type {ctype} hook {hook} priority {prio} ; }}")
-    for name in ("cluster-ips-check", "firewall-check", "mark-for-masquerade", "masquerading",
-                 "nodeport-endpoints-check", "services", "service-endpoints-check"):
+    for name in (
+        "cluster-ips-check",
+        "firewall-check",
+        "mark-for-masquerade",
+        "masquerading",
+        "nodeport-endpoints-check",
+        "services",
+        "service-endpoints-check",
+    ):
         out.append(f"add chain {p} {name}")
     out.append(
         f"add chain {p} reject-chain "
@@ -174,7 +183,9 @@ def _service_port(
     for cip in cips:
         out.append(f"add element {p} cluster-ips {{ {cip} }}")
         if ep_chains:
-            out.append(f"add element {p} service-ips {{ {cip} . {proto} . {port.port} : goto {svc_chain} }}")
+            out.append(
+                f"add element {p} service-ips {{ {cip} . {proto} . {port.port} : goto {svc_chain} }}"
+            )
         else:
             out.append(
                 f"add element {p} no-endpoint-services "
@@ -197,13 +208,13 @@ def _service_port(
             out.append(f'add rule {p} {local_chain} drop comment "no local endpoints"')
         if pod_cidr:
             out.append(
-                f'add rule {p} {ext_chain} {addr} saddr {pod_cidr} goto {svc_chain} '
+                f"add rule {p} {ext_chain} {addr} saddr {pod_cidr} goto {svc_chain} "
                 'comment "short-circuit pod traffic"'
             )
         out += [
-            f'add rule {p} {ext_chain} fib saddr type local jump mark-for-masquerade '
+            f"add rule {p} {ext_chain} fib saddr type local jump mark-for-masquerade "
             'comment "masquerade local traffic"',
-            f'add rule {p} {ext_chain} fib saddr type local goto {svc_chain} '
+            f"add rule {p} {ext_chain} fib saddr type local goto {svc_chain} "
             'comment "short-circuit local traffic"',
             f"add rule {p} {ext_chain} goto {local_chain}",
         ]
@@ -213,7 +224,9 @@ def _service_port(
             f"add rule {p} {ext_chain} goto {svc_chain}",
         ]
     for ip in externals + lbs:
-        out.append(f"add element {p} service-ips {{ {ip} . {proto} . {port.port} : goto {ext_chain} }}")
+        out.append(
+            f"add element {p} service-ips {{ {ip} . {proto} . {port.port} : goto {ext_chain} }}"
+        )
     ranges = [r for r in svc.source_ranges if family_of(r) == family]
     if lbs and ranges:
         fw_chain = f"firewall-{base}"
@@ -222,7 +235,11 @@ def _service_port(
             f"add rule {p} {fw_chain} {addr} saddr != {{ {', '.join(ranges)} }} drop",
         ]
         for lb in lbs:
-            out.append(f"add element {p} firewall-ips {{ {lb} . {proto} . {port.port} : goto {fw_chain} }}")
+            out.append(
+                f"add element {p} firewall-ips {{ {lb} . {proto} . {port.port} : goto {fw_chain} }}"
+            )
     if node_port:
-        out.append(f"add element {p} service-nodeports {{ {proto} . {node_port} : goto {ext_chain} }}")
+        out.append(
+            f"add element {p} service-nodeports {{ {proto} . {node_port} : goto {ext_chain} }}"
+        )
     return out

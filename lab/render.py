@@ -38,7 +38,8 @@ def ipset_restore(node: Node) -> str:
     if node.third_party:
         lines.append("create office-allow hash:net family inet hashsize 1024 maxelem 65536")
         lines.extend(
-            f"add office-allow {c}" for c in ("198.51.100.0/26", "203.0.113.64/27", "192.0.2.128/25")
+            f"add office-allow {c}"
+            for c in ("198.51.100.0/26", "203.0.113.64/27", "192.0.2.128/25")
         )
     return "".join(f"{line}\n" for line in lines)
 
@@ -158,13 +159,17 @@ def _kube_proxy(t: dict[str, _Table], node: Node, family: Family) -> None:
 
     def set_rule(set_base: str, match: str) -> str:
         comment = n.SET_BY_NAME[set_base].comment
-        return f'-A {n.SERVICES} -m comment --comment "{comment}" ' \
-               f"-m set --match-set {sn(set_base)} {match}"
+        return (
+            f'-A {n.SERVICES} -m comment --comment "{comment}" '
+            f"-m set --match-set {sn(set_base)} {match}"
+        )
 
     if st.entries[n.CLUSTER_IP]:
         pod_cidr = next((c for c in node.pod_cidrs if family_of(c) == family), None)
         if pod_cidr:  # a local-traffic detector (clusterCIDR) is configured
-            nat.rules.append(f"{set_rule(n.CLUSTER_IP, 'dst,dst')} ! -s {pod_cidr} -j {n.MARK_MASQ}")
+            nat.rules.append(
+                f"{set_rule(n.CLUSTER_IP, 'dst,dst')} ! -s {pod_cidr} -j {n.MARK_MASQ}"
+            )
         else:
             nat.rules.append(f"{set_rule(n.CLUSTER_IP, 'src,dst')} -j {n.MARK_MASQ}")
     external_only = "-m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT"

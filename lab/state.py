@@ -87,7 +87,9 @@ def _add_service(
             st.bind(cip)
             st.virtual_servers.append(VirtualServer(proto, cip, port.port, rs))
         for eip in _of(svc.external_ips, family):
-            st.add(n.EXTERNAL_IP_LOCAL if svc.local else n.EXTERNAL_IP, f"{eip},{proto}:{port.port}")
+            st.add(
+                n.EXTERNAL_IP_LOCAL if svc.local else n.EXTERNAL_IP, f"{eip},{proto}:{port.port}"
+            )
             if eip not in node_ips:
                 st.bind(eip)
             st.virtual_servers.append(VirtualServer(proto, eip, port.port, ext_rs))
@@ -104,7 +106,12 @@ def _add_service(
 
 
 def _add_lb(
-    st: FamilyState, node: Node, svc: Service, lb: str, proto: str, port: int,
+    st: FamilyState,
+    node: Node,
+    svc: Service,
+    lb: str,
+    proto: str,
+    port: int,
     node_ips: list[str],
 ) -> None:
     entry = f"{lb},{proto}:{port}"
