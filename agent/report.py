@@ -9,6 +9,7 @@ from agent.classify import ChainRef, Classification, Finding, Owner, ipset_famil
 from agent.snapshot import Ipset, IpvsService, Link, Snapshot
 
 SCHEMA = 1
+LIST_LIMIT = 20  # objects listed per class and source without --verbose
 
 
 def _chain_rows(c: Classification) -> tuple[list[dict[str, Any]], int]:
@@ -130,6 +131,29 @@ def _describe(f: Finding) -> str:
     return f.name
 
 
+def _summary(doc: dict[str, Any]) -> list[str]:
+    left, foreign = doc["leftovers"], doc["foreign"]
+    link = left["kube_ipvs0"]
+    link_text = (
+        f"{link['kind']} {'UP' if link['up'] else 'DOWN'} with {link['addresses']['ipv4']} IPv4 "
+        f"+ {link['addresses']['ipv6']} IPv6 addresses"
+        if link["present"]
+        else "absent"
+    )
+    return [
+        "summary of ipvs-mode objects:",
+        f"  IPVS: {left['ipvs_virtual_servers']} virtual servers, "
+        f"{left['ipvs_real_servers']} real servers "
+        f"(foreign: {foreign['ipvs_virtual_servers']} / {foreign['ipvs_real_servers']})",
+        f"  kube-ipvs0: {link_text}",
+        f"  ipsets: {left['ipsets']['ipv4']} IPv4 + {left['ipsets']['ipv6']} IPv6 sets, "
+        f"{left['ipset_entries']['ipv4']} + {left['ipset_entries']['ipv6']} entries",
+        f"  iptables: {len(left['iptables_chains'])} chains with "
+        f"{sum(ch['rules'] for ch in left['iptables_chains'])} rules, "
+        f"{left['iptables_jump_rules']} jump rules",
+    ]
+
+
 def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
     """The human report: grouped by class, then source; the verdict last."""
     lines = [f"ipvs-leftovers {__version__} audit, kernel {snap.kernel.data.release}"]
@@ -141,6 +165,7 @@ def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
     lines.append("sources:")
     for name, r in snap.sources().items():
         lines.append(f"  {name:20} {r.status}{': ' + r.error if r.error else ''}")
+    lines += _summary(document(snap, c))
     for owner in Owner:
         found = [f for f in c.findings if f.owner is owner]
         if not found:
@@ -149,11 +174,9 @@ def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
         for source in sorted({f.source for f in found}):
             group = [f for f in found if f.source == source]
             lines.append(f"  {source} ({len(group)}):")
-            shown = group if verbose or owner is Owner.IPVS_LEFTOVER else group[:20]
+            shown = group if verbose else group[:LIST_LIMIT]
             for f in shown:
-                lines.append(f"    {_describe(f)}")
-                if verbose or owner is not Owner.FOREIGN:
-                    lines += [f"        evidence: {e}" for e in f.evidence]
+                lines.append(f"    {_describe(f)}  <- {'; '.join(f.evidence)}")
             if len(shown) < len(group):
                 lines.append(f"    ... {len(group) - len(shown)} more (--verbose lists all)")
     if snap.kernel.data.sysctls:

@@ -1,0 +1,74 @@
+"""Whole lab nodes with IPVS and a dummy kube-ipvs0, on Debian's kernel in the VM."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lab import build
+from lab.kube_proxy import start_fake_kube_proxy
+from lab.scenarios import realistic_node
+from tests import oracle
+from tests.conftest import run_agent
+
+pytestmark = pytest.mark.vm
+MODULES = ("ip_vs", "ip_vs_rr", "ip_vs_wlc", "ip_vs_sh", "dummy")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _modules() -> None:
+    # The VM tier exists for IPVS and dummy: when they cannot load, the tier fails loudly.
+    subprocess.run(["modprobe", "-a", *MODULES], check=True)
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+@pytest.mark.parametrize("dual_stack", [False, True], ids=["ipv4", "dual-stack"])
+def test_counts_equal_what_the_lab_programmed(
+    netns: Callable[[], str], backend: str, dual_stack: bool
+) -> None:
+    node = realistic_node(
+        dual_stack=dual_stack,
+        backend=backend,
+        with_ipvs=True,
+        third_party=True,
+        nftables_table=True,
+        old_release_orphans=True,
+    )
+    ns = netns()
+    build.build(ns, node)
+    r = run_agent(ns, "audit", "--json")
+    assert r.rc == 1, r.stderr
+    want = oracle.expected(node)
+    assert want["ipvs_virtual_servers"] > 0 and want["foreign"]["ipvs_virtual_servers"] == 2
+    assert oracle.actual(r.json) == want
+    assert r.json["leftovers"]["kube_ipvs0"]["kind"] == "dummy"
+    assert r.json["leftovers"]["kube_ipvs0"]["up"] is False
+
+
+def test_exact_ipvs_numbers_of_the_realistic_ipv4_node(netns: Callable[[], str]) -> None:
+    """Hand-counted from lab/scenarios.py, so the oracle is checked once on IPVS too."""
+    ns = netns()
+    build.build(ns, realistic_node(with_ipvs=True, third_party=True))
+    doc = run_agent(ns, "audit", "--json").json
+    names = {f["name"]: f["class"] for f in doc["findings"] if f["kind"] == "ipvs-service"}
+    assert names["TCP 10.96.0.1:443"] == "ipvs-leftover"
+    assert names["TCP 192.168.50.10:30080"] == "ipvs-leftover"  # NodePort on the node IP
+    assert names["UDP 192.168.50.10:30514"] == "ipvs-leftover"
+    assert names["TCP 203.0.113.10:80"] == "ipvs-leftover"  # LoadBalancer IP
+    assert names["TCP 192.168.50.100:80"] == "foreign"  # keepalived
+    assert names["FWM 100 IPv4"] == "foreign"
+    assert doc["foreign"] == {"ipvs_virtual_servers": 2, "ipvs_real_servers": 4}
+    assert doc["leftovers"]["kube_ipvs0"]["present"] is True
+
+
+def test_stale_on_a_confirmed_nftables_node(netns: Callable[[], str], tmp_path: Path) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(dual_stack=True, with_ipvs=True, nftables_table=True))
+    state = {"mode": "nftables", "families": ["IPv4", "IPv6"]}
+    with start_fake_kube_proxy(ns, state, tmp_path / "kp.json"):
+        r = run_agent(ns, "audit")
+    assert r.rc == 1
+    assert r.stdout.splitlines()[-1].startswith("STALE: ")
