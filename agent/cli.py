@@ -11,6 +11,7 @@ import click
 
 from agent import __version__, exitcodes
 from agent.collect import Options
+from agent.metrics import Collection
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -72,15 +73,34 @@ def main(
 
 
 def _require_permission() -> None:
-    from agent.permissions import missing_capability
+    from agent.permissions import missing_capabilities
 
-    missing = missing_capability()
-    if missing is not None:
+    missing = missing_capabilities()
+    if missing:
+        names = " and ".join(missing)
         fail(
-            f"reading IPVS, ipsets and iptables needs {missing}; run as root or grant "
-            f"{missing} (the DaemonSet adds it under securityContext.capabilities)",
+            f"reading IPVS, ipsets and iptables needs {names}; run as root or grant {names} "
+            "(the DaemonSet adds them under securityContext.capabilities)",
             exitcodes.ERROR,
         )
+
+
+MAX_SYNC_AGE = click.option(
+    "--max-sync-age",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds within which kube-proxy must have synced for nftables mode to be confirmed.",
+)
+
+
+def _collection(opts: Options, max_sync_age: float) -> Collection:
+    from agent.classify import classify
+    from agent.collect import collect
+
+    start = time.perf_counter()
+    snap = collect(opts)
+    return Collection(snap, classify(snap, time.time(), max_sync_age), time.perf_counter() - start)
 
 
 @main.command()
@@ -88,27 +108,28 @@ def _require_permission() -> None:
     "--json", "as_json", is_flag=True, help="Print the JSON document (docs/audit-json.md)."
 )
 @click.option("--verbose", is_flag=True, help="List every object with its evidence.")
+@MAX_SYNC_AGE
 @click.option(
-    "--max-sync-age",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds within which kube-proxy must have synced for nftables mode to be confirmed.",
+    "--textfile",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the metrics to this file, atomically (node_exporter's textfile collector).",
 )
 @click.pass_context
-def audit(ctx: click.Context, as_json: bool, verbose: bool, max_sync_age: float) -> None:
+def audit(
+    ctx: click.Context, as_json: bool, verbose: bool, max_sync_age: float, textfile: str | None
+) -> None:
     """Read everything, classify it, report. Exit 0 clean, 1 leftovers, 4 a source failed."""
     _require_permission()
-    from agent.classify import classify
-    from agent.collect import collect
     from agent.report import document, exit_code, render
 
-    snap = collect(ctx.obj["options"])
-    result = classify(snap, time.time(), max_sync_age)
+    col = _collection(ctx.obj["options"], max_sync_age)
+    snap, result = col.snapshot, col.classification
     if as_json:
         click.echo(json.dumps(document(snap, result), indent=2, sort_keys=True))
     else:
         click.echo(render(snap, result, verbose))
+    if textfile is not None:
+        _write_textfile(textfile, col)
     for name, reading in snap.sources().items():
         if reading.status == "error":
             click.echo(f"ipvs-leftovers: could not read {name}: {reading.error}", err=True)
@@ -120,6 +141,96 @@ def audit(ctx: click.Context, as_json: bool, verbose: bool, max_sync_age: float)
             err=True,
         )
     sys.exit(exit_code(snap, result))
+
+
+def _write_textfile(path: str, col: Collection) -> None:
+    from prometheus_client import CollectorRegistry, write_to_textfile
+
+    from agent.metrics import AgentCollector, SharedCollection
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(SharedCollection(lambda: col, float("inf"))))
+    try:
+        write_to_textfile(path, registry)  # a temporary file renamed over PATH
+    except OSError as exc:
+        fail(f"cannot write --textfile {path}: {exc.strerror or exc}", exitcodes.ERROR)
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    from agent.server import parse_listen
+
+    try:
+        return parse_listen(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@main.command()
+@click.option(
+    "--listen",
+    default=":9437",
+    show_default=True,
+    callback=_listen,
+    help="[ADDR]:PORT to serve on; ADDR defaults to all addresses.",
+)
+@click.option(
+    "--min-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between two reads of the kernel; scrapes within it share one collection.",
+)
+@click.option(
+    "--source-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Time budget of each kernel source; past it the source reports source_up 0.",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@MAX_SYNC_AGE
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    listen: tuple[str, int],
+    min_interval: float,
+    source_timeout: float,
+    tls_cert: str | None,
+    tls_key: str | None,
+    max_sync_age: float,
+) -> None:
+    """Prometheus exporter: reads at scrape time, counts only, no mutation."""
+    import dataclasses
+    import logging
+    import ssl
+
+    from prometheus_client import CollectorRegistry
+
+    from agent import logs
+    from agent.metrics import AgentCollector, SharedCollection
+    from agent.server import make_server, serve_until_signalled
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    _require_permission()
+    logs.setup(ctx.obj["log_format"])
+    log = logging.getLogger("ipvs_leftovers.serve")
+    opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout)
+    shared = SharedCollection(lambda: _collection(opts, max_sync_age), min_interval)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(shared))
+    host, port = listen
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    try:
+        server = make_server(host, port, registry, tls)
+    except ssl.SSLError as exc:
+        fail(f"cannot use --tls-cert/--tls-key: {exc.reason or exc}", exitcodes.ERROR)
+    except OSError as exc:
+        fail(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR)
+    log.info("serving on %s:%d%s", host or "*", port, " (TLS)" if tls else "")
+    serve_until_signalled(server)
+    log.info("stopped")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from agent import names
 from agent.classify import needs_set_entries
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
-from agent.snapshot import Snapshot
+from agent.readers._timing import bounded
+from agent.snapshot import IpvsService, KubeProxy, Links, Reading, Snapshot
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -15,11 +20,17 @@ class Options:
     metrics_url: str = "http://127.0.0.1:10249"
     healthz_url: str = "http://127.0.0.1:10256/healthz"
     timeout: float = 5.0
+    # Per-source time budget; None reads without one (the one-shot commands).
+    budget: float | None = None
 
 
 def collect(opts: Options) -> Snapshot:
-    ipvs_reading = ipvs.read()
-    links_reading = links.read()
+    def run(name: str, read: Callable[[], Reading[T]], empty: T) -> Reading[T]:
+        return read() if opts.budget is None else bounded(name, read, empty, opts.budget)
+
+    no_services: tuple[IpvsService, ...] = ()
+    ipvs_reading = run("ipvs", ipvs.read, no_services)
+    links_reading = run("links", links.read, Links(kube_ipvs0=None))
     # Set members are decoded only when a virtual server cannot be attributed without them.
     wanted = (
         names.EVIDENCE_SETS
@@ -28,11 +39,16 @@ def collect(opts: Options) -> Snapshot:
     )
     return Snapshot(
         ipvs=ipvs_reading,
-        ipsets=ipsets.read(wanted),
-        iptables_legacy=iptables.read_legacy(opts.timeout),
-        iptables_nft=iptables.read_nft(opts.timeout),
-        nftables=nftables.read(),
+        ipsets=run("ipsets", lambda: ipsets.read(wanted), ()),
+        iptables_legacy=run("iptables_legacy", lambda: iptables.read_legacy(opts.timeout), ()),
+        iptables_nft=run("iptables_nft", lambda: iptables.read_nft(opts.timeout), ()),
+        nftables=run("nftables", nftables.read, ()),
         links=links_reading,
-        kernel=sysctls.read(),
-        kube_proxy=kube_proxy.read(opts.metrics_url, opts.healthz_url, opts.timeout),
+        kernel=run("kernel", sysctls.read, sysctls.empty()),
+        kube_proxy=_kube_proxy(opts),
     )
+
+
+def _kube_proxy(opts: Options) -> KubeProxy:
+    # Its three endpoints carry their own HTTP timeout, which is its budget.
+    return kube_proxy.read(opts.metrics_url, opts.healthz_url, opts.timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+CAP_NET_RAW = 13
 CAP_NET_ADMIN = 12
 
 
@@ -15,8 +16,27 @@ def effective_caps(status: str | None = None) -> int:
     return 0
 
 
-def missing_capability(status: str | None = None) -> str | None:
-    """The missing capability's name, or None when netlink dumps are allowed."""
-    if not effective_caps(status) & (1 << CAP_NET_ADMIN):
-        return "CAP_NET_ADMIN"
-    return None
+def _legacy_tables_present() -> bool:
+    for name in ("ip_tables_names", "ip6_tables_names"):
+        try:
+            if Path(f"/proc/net/{name}").read_text().strip():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def missing_capabilities(status: str | None = None, legacy_tables: bool | None = None) -> list[str]:
+    """Capabilities the readers need and this process lacks.
+
+    Netlink dumps of IPVS, ipsets and nf_tables need CAP_NET_ADMIN; iptables-legacy-save opens a
+    raw socket, so it also needs CAP_NET_RAW, but only where legacy tables exist.
+    """
+    caps = effective_caps(status)
+    missing = []
+    if not caps & (1 << CAP_NET_ADMIN):
+        missing.append("CAP_NET_ADMIN")
+    legacy = _legacy_tables_present() if legacy_tables is None else legacy_tables
+    if legacy and not caps & (1 << CAP_NET_RAW):
+        missing.append("CAP_NET_RAW")
+    return missing

@@ -147,6 +147,8 @@ class Links:
 class Kernel:
     release: str
     sysctls: dict[str, str] = field(default_factory=dict)
+    # True loaded, False not loaded, None unknowable (a kernel without module support)
+    subsystems: dict[str, bool | None] = field(default_factory=dict)
 
 
 # --- kube-proxy -----------------------------------------------------------------------------

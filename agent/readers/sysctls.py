@@ -1,10 +1,11 @@
-"""Kernel release and the sysctls ipvs mode sets (read from /proc/sys of this namespace)."""
+"""Kernel release, loaded subsystems and the sysctls ipvs mode sets (this namespace's /proc/sys)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from agent.kernel import SUBSYSTEMS, Presence, presence
 from agent.readers._timing import timed
 from agent.snapshot import Kernel, Reading
 
@@ -29,8 +30,14 @@ def _read(root: Path) -> Kernel:
                 values[f"net.ipv4.vs.{path.name}"] = path.read_text().strip()
             except OSError:
                 continue  # some entries are write-only or need more privilege
-    return Kernel(release=os.uname().release, sysctls=values)
+    loaded = {Presence.LOADED: True, Presence.ABSENT: False, Presence.NO_MODULES: None}
+    subsystems = {name: loaded[presence(name)] for name in SUBSYSTEMS}
+    return Kernel(release=os.uname().release, sysctls=values, subsystems=subsystems)
+
+
+def empty() -> Kernel:
+    return Kernel(release=os.uname().release)
 
 
 def read(root: Path = Path("/proc/sys")) -> Reading[Kernel]:
-    return timed(lambda: _read(root), Kernel(release=os.uname().release))
+    return timed(lambda: _read(root), empty())

@@ -88,3 +88,16 @@ def test_bad_options_exit_2(netns: Callable[[], str], args: list[str], word: str
 def test_env_var_mirrors_option(netns: Callable[[], str]) -> None:
     r = run_agent(netns(), "audit", env={"IPVS_LEFTOVERS_TIMEOUT": "-1"})
     assert r.rc == 2 and "--timeout" in r.stderr
+
+
+def test_legacy_tables_need_cap_net_raw(netns: Callable[[], str]) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(backend="legacy"))
+    drop = ("setpriv", "--bounding-set", "-net_raw", "--inh-caps", "-net_raw")
+    r = run_agent(ns, "audit", prefix=drop)
+    assert r.rc == 4
+    line = _one_line(r.stderr)
+    assert "CAP_NET_RAW" in line and "CAP_NET_ADMIN" not in line
+    # without legacy tables, CAP_NET_ADMIN alone is enough
+    r = run_agent(netns(), "audit", "--json", prefix=drop)
+    assert r.rc == 0, r.stderr

@@ -1,7 +1,7 @@
 from pathlib import Path
 
 from agent.kernel import Presence, presence
-from agent.permissions import missing_capability
+from agent.permissions import missing_capabilities
 
 
 def test_presence_reads_only_files(tmp_path: Path) -> None:
@@ -20,6 +20,11 @@ def test_kernel_without_module_support(tmp_path: Path) -> None:
 
 
 def test_capabilities() -> None:
-    assert missing_capability("CapEff:\t000001ffffffffff\n") is None
-    assert missing_capability("CapEff:\t0000000000000000\n") == "CAP_NET_ADMIN"
-    assert missing_capability("CapEff:\t0000000000001000\n") is None  # bit 12 only
+    assert missing_capabilities("CapEff:\t000001ffffffffff\n", legacy_tables=True) == []
+    assert missing_capabilities("CapEff:\t0000000000000000\n", legacy_tables=False) == [
+        "CAP_NET_ADMIN"
+    ]
+    assert missing_capabilities("CapEff:\t0000000000001000\n", legacy_tables=False) == []
+    assert missing_capabilities("CapEff:\t0000000000001000\n", legacy_tables=True) == [
+        "CAP_NET_RAW"
+    ]

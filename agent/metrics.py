@@ -1,0 +1,188 @@
+"""Prometheus view of a classified snapshot (SPEC §6), and the collection scrapes share.
+
+The collector follows prometheus_client's custom-collector pattern: descriptions are fixed,
+values are built fresh from one collection on every scrape, so a vanished object vanishes from
+the output. No node label, no timestamps, no per-object labels.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from agent import __version__
+from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
+from agent.kernel import SUBSYSTEMS
+from agent.snapshot import Ipset, IpvsService, Snapshot
+
+PREFIX = "ipvs_leftovers_"
+NFTABLES_MIN_KERNEL = (5, 13)
+MODES = ("ipvs", "iptables", "nftables", "unknown")
+# the reader that proves a subsystem is loaded on a kernel without module support
+_READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
+
+
+@dataclass(frozen=True)
+class Collection:
+    snapshot: Snapshot
+    classification: Classification
+    seconds: float
+
+
+def kernel_ready(release: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= NFTABLES_MIN_KERNEL  # type: ignore[union-attr]
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
+
+
+def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
+    """Every SPEC §6 metric for one collection."""
+    snap, c = col.snapshot, col.classification
+    yield _value(
+        "stale", "1 when nftables mode is confirmed and ipvs-mode leftovers exist", c.stale
+    )
+    link = snap.links.data.kube_ipvs0
+    yield _value("kube_ipvs0_present", "1 when the link kube-ipvs0 exists", link is not None)
+    g = _gauge("kube_ipvs0_addresses", "Addresses on kube-ipvs0", ("family",))
+    addrs = link.addresses if link else ()
+    g.add_metric(["ipv4"], sum(":" not in a for a in addrs))
+    g.add_metric(["ipv6"], sum(":" in a for a in addrs))
+    yield g
+
+    vs = _gauge("ipvs_virtual_servers", "IPVS virtual servers by owner", ("owner",))
+    rs = _gauge("ipvs_real_servers", "IPVS real servers by owner of their service", ("owner",))
+    for owner, label in ((Owner.IPVS_LEFTOVER, "kube-proxy"), (Owner.FOREIGN, "foreign")):
+        svcs = [f.obj for f in c.owned_by(owner, "ipvs-service") if isinstance(f.obj, IpvsService)]
+        vs.add_metric([label], len(svcs))
+        rs.add_metric([label], sum(len(s.dests) for s in svcs))
+    yield vs
+    yield rs
+
+    sets = _gauge("ipsets", "kube-proxy ipvs-mode ipsets present", ("family",))
+    entries = _gauge("ipset_entries", "Entries in kube-proxy ipvs-mode ipsets", ("family",))
+    n_sets: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
+    n_entries: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
+    for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipset"):
+        if isinstance(f.obj, Ipset):
+            n_sets[ipset_family(f.name)] += 1
+            n_entries[ipset_family(f.name)] += f.obj.elements
+    for fam in ("ipv4", "ipv6"):
+        sets.add_metric([fam], n_sets[fam])
+        entries.add_metric([fam], n_entries[fam])
+    yield sets
+    yield entries
+
+    chains: Counter[tuple[str, str, str]] = Counter()
+    rules: Counter[tuple[str, str, str]] = Counter()
+    for f in c.owned_by(Owner.IPVS_LEFTOVER):
+        if isinstance(f.obj, ChainRef):
+            key = (f.obj.table.backend, f.obj.table.family, f.obj.table.name)
+            chains[key] += 1
+            rules[key] += len(f.obj.chain.rules)
+        elif isinstance(f.obj, RuleRef):
+            rules[(f.obj.table.backend, f.obj.table.family, f.obj.table.name)] += 1
+    labels = ("backend", "family", "table")
+    g = _gauge("iptables_chains", "kube-proxy ipvs-mode iptables chains present", labels)
+    for key in sorted(chains):
+        g.add_metric(list(key), chains[key])
+    yield g
+    g = _gauge("iptables_rules", "Rules in ipvs-mode chains plus jumps into them", labels)
+    for key in sorted(rules):
+        g.add_metric(list(key), rules[key])
+    yield g
+
+    g = _gauge("kube_proxy_mode_info", "1 for the proxy mode kube-proxy reports", ("mode",))
+    for mode in MODES:
+        g.add_metric([mode], 1 if c.mode.detected == mode else 0)
+    yield g
+    yield _value(
+        "nftables_mode_confirmed",
+        "1 when the cleanup gate (SPEC 5) would pass",
+        c.mode.nftables_confirmed,
+    )
+    yield _value(
+        "nftables_kernel_ready",
+        "1 when the kernel is 5.13 or newer",
+        kernel_ready(snap.kernel.data.release),
+    )
+
+    sources = snap.sources()
+    up = _gauge("source_up", "1 when the source was read (an absent subsystem counts)", ("source",))
+    took = _gauge("scrape_duration_seconds", "Seconds spent reading each source", ("source",))
+    for name, reading in sources.items():
+        up.add_metric([name], 0 if reading.status == "error" else 1)
+        took.add_metric([name], reading.seconds)
+    yield up
+    yield took
+
+    g = _gauge("subsystem_loaded", "1 when the kernel has the subsystem", ("subsystem",))
+    for name in SUBSYSTEMS:
+        known = snap.kernel.data.subsystems.get(name)
+        if known is None and name in _READER_OF:
+            known = sources[_READER_OF[name]].status == "ok"
+        g.add_metric([name], 1 if known else 0)
+    yield g
+    info = InfoMetricFamily(PREFIX + "build", "The agent's version")
+    info.add_metric([], {"version": __version__})
+    yield info
+
+
+def _value(name: str, doc: str, value: bool | float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, value=float(value))
+
+
+class SharedCollection:
+    """One collection serves every scrape within `min_interval` seconds.
+
+    Scrapes that arrive while a collection runs wait for it instead of starting their own, so
+    a scrape storm costs the kernel one read per interval.
+    """
+
+    def __init__(self, collect: Callable[[], Collection], min_interval: float) -> None:
+        self._collect = collect
+        self._min_interval = min_interval
+        self._lock = threading.Lock()
+        self._last: Collection | None = None
+        self._at = 0.0
+        self.count = 0
+
+    def get(self) -> Collection:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._at >= self._min_interval:
+                self._last = self._collect()
+                self._at = time.monotonic()
+                self.count += 1
+            return self._last
+
+
+class AgentCollector(Collector):
+    def __init__(
+        self, shared: SharedCollection, extra: Callable[[], list[GaugeMetricFamily]] | None = None
+    ) -> None:
+        self._shared = shared
+        self._extra = extra
+
+    def collect(self) -> Iterator[GaugeMetricFamily | InfoMetricFamily | CounterMetricFamily]:
+        col = self._shared.get()
+        yield from families(col)
+        yield CounterMetricFamily(
+            PREFIX + "collections",
+            "Collections made since start; scrapes share them",
+            value=self._shared.count,
+        )
+        if self._extra is not None:
+            yield from self._extra()
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # no collection at registration time
