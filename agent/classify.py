@@ -59,7 +59,8 @@ class RuleRef:
 class Mode:
     detected: str  # ipvs | iptables | nftables | unknown
     nftables_confirmed: bool
-    evidence: tuple[str, ...]
+    evidence: tuple[str, ...]  # what was seen
+    failed: tuple[str, ...] = ()  # the SPEC §5 conditions that did not hold
 
 
 @dataclass(frozen=True)
@@ -194,18 +195,35 @@ def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
     owner, _ = chain_owner(t.name, rule.target)
     name = f"{_where(t)} {rule.chain} -> {rule.target}"
     if owner is Owner.IPVS_LEFTOVER:
-        expected = names.IPVS_JUMPS.get((t.name, rule.chain, rule.target))
-        note = (
-            f"kube-proxy's jump, comment {rule.comment!r}"
-            if expected is not None and rule.comment == expected
-            else f"jump into ipvs-mode chain {rule.target} (comment {rule.comment!r})"
-        )
+        key = (t.name, rule.chain, rule.target)
+        if rule.comment is not None and rule.comment == names.IPVS_JUMPS.get(key):
+            return Finding(
+                Owner.IPVS_LEFTOVER,
+                f"iptables_{t.backend}",
+                "jump-rule",
+                name,
+                (f"kube-proxy's jump, comment {rule.comment!r}",),
+                RuleRef(t, rule),
+            )
+        if rule.comment is not None and rule.comment == names.IPTABLES_MODE_JUMPS.get(key):
+            return Finding(
+                Owner.IPVS_LEFTOVER,
+                f"iptables_{t.backend}",
+                "jump-rule",
+                name,
+                (f"iptables-mode kube-proxy's jump into an ipvs-mode chain, {rule.comment!r}",),
+                RuleRef(t, rule),
+            )
+        # Someone else jumps into kube-proxy's chain: a foreign reference, never touched.
         return Finding(
-            Owner.IPVS_LEFTOVER,
+            Owner.UNKNOWN_KUBE,
             f"iptables_{t.backend}",
             "jump-rule",
             name,
-            (note,),
+            (
+                f"jump into ipvs-mode chain {rule.target} with a comment kube-proxy never writes "
+                f"({rule.comment!r})",
+            ),
             RuleRef(t, rule),
         )
     if owner is Owner.KUBELET:
@@ -376,8 +394,7 @@ def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: b
                 continue
             if (kp.read_at or now) - stamp > max_sync_age:
                 failed.append(f"metric last sync {fam} older than {max_sync_age:.0f}s")
-    confirmed = not failed
-    return Mode(detected, confirmed, tuple(evidence if confirmed else evidence + failed))
+    return Mode(detected, not failed, tuple(evidence), tuple(failed))
 
 
 # --- the whole snapshot ---------------------------------------------------------------------

@@ -233,5 +233,155 @@ def serve(
     log.info("stopped")
 
 
+def _gate_refusal(col: Collection) -> str | None:
+    mode = col.classification.mode
+    if mode.nftables_confirmed:
+        return None
+    reason = mode.failed[0] if mode.failed else "no evidence"
+    return f"refused: nftables mode is not confirmed ({reason}); nothing was changed"
+
+
+@main.command()
+@click.option("--apply", "apply_", is_flag=True, help="Back up, then remove. Without it: the plan.")
+@click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False),
+    default="/var/lib/ipvs-leftovers",
+    show_default=True,
+    help="A folder per run is written here before the first change.",
+)
+@click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False),
+    default="/run/ipvs-leftovers.lock",
+    show_default=True,
+    help="One cleanup at a time on a node.",
+)
+@click.option(
+    "--reset-arp-sysctls",
+    is_flag=True,
+    help="Also reset strictARP's arp_ignore=1/arp_announce=2 to 0 (never ip_forward).",
+)
+@MAX_SYNC_AGE
+@click.option("--pause-before-execute", type=float, default=0.0, hidden=True)
+@click.option("--step-delay", type=float, default=0.0, hidden=True)
+@click.pass_context
+def cleanup(
+    ctx: click.Context,
+    apply_: bool,
+    backup_dir: str,
+    lock_file: str,
+    reset_arp_sysctls: bool,
+    max_sync_age: float,
+    pause_before_execute: float,
+    step_delay: float,
+) -> None:
+    """Remove exactly what ipvs mode left, only once nftables mode is confirmed (SPEC §5).
+
+    Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error.
+    """
+    from pathlib import Path
+
+    from agent import lock
+    from agent.backup import write_bundle
+    from agent.executor import execute
+    from agent.plan import describe, make_plan
+
+    _require_permission()
+    opts = ctx.obj["options"]
+    col = _collection(opts, max_sync_age)
+    errors = [
+        n
+        for n, r in col.snapshot.sources().items()
+        if r.status == "error" and not n.startswith("kube_proxy")
+    ]
+    if errors:
+        fail(f"cannot plan: could not read {', '.join(errors)} (see audit)", exitcodes.ERROR)
+    plan = make_plan(col.snapshot, col.classification, reset_arp_sysctls)
+    click.echo(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
+    for line in describe(plan):
+        click.echo(line)
+    if not apply_:
+        refusal = _gate_refusal(col)
+        click.echo(
+            f"--apply would be {refusal}"
+            if refusal
+            else "nftables mode confirmed: --apply would run this plan"
+        )
+        sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
+    with lock.exclusive(Path(lock_file)) as held:
+        if not held:
+            fail(
+                f"refused: another cleanup holds {lock_file}; nothing was changed",
+                exitcodes.REFUSED,
+            )
+        if plan.empty:
+            click.echo("nothing to remove")
+            sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
+        refusal = _gate_refusal(col)
+        if refusal:
+            fail(refusal, exitcodes.REFUSED)
+        try:
+            bundle = write_bundle(Path(backup_dir), plan)
+        except Exception as exc:  # noqa: BLE001 - no change has been made yet
+            fail(
+                f"cannot write the backup under {backup_dir}: {exc}; nothing was changed",
+                exitcodes.ERROR,
+            )
+        click.echo(f"backup: {bundle}")
+        if pause_before_execute:
+            click.echo("re-checking the gate", err=True)
+            time.sleep(pause_before_execute)
+        again = _collection(opts, max_sync_age)
+        refusal = _gate_refusal(again)
+        if refusal:
+            fail(refusal, exitcodes.REFUSED)
+        again_plan = make_plan(again.snapshot, again.classification, reset_arp_sysctls)
+        if again_plan.fingerprint() != plan.fingerprint():
+            fail(
+                "refused: the node changed while the plan was made; run cleanup again "
+                "(nothing was changed)",
+                exitcodes.REFUSED,
+            )
+
+        def report(o: object) -> None:
+            from agent.executor import Outcome
+
+            assert isinstance(o, Outcome)
+            detail = f": {o.detail}" if o.detail else ""
+            click.echo(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
+
+        outcomes = execute(plan.steps, report, step_delay)
+        after = _collection(opts, max_sync_age)
+        remaining = after.classification.leftovers
+        click.echo(f"after: {len(remaining)} ipvs-mode objects remain")
+        for k in plan.kept:
+            click.echo(f"  kept {k.kind} {k.name}: {k.reason}")
+        for o in outcomes:
+            if o.result in ("kept", "failed"):
+                click.echo(f"  {o.result} {o.step.action} {o.step.target}: {o.detail}")
+        if any(o.result == "failed" for o in outcomes):
+            sys.exit(exitcodes.ERROR)
+        sys.exit(exitcodes.REMAINS if remaining else exitcodes.OK)
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+def restore(bundle: str) -> None:
+    """Replay a backup bundle written by cleanup --apply. Exit 0 restored, 4 error."""
+    from pathlib import Path
+
+    from agent.restore import BundleError
+    from agent.restore import restore as replay
+    from agent.tools import ToolError
+
+    _require_permission()
+    try:
+        replay(Path(bundle), click.echo)
+    except (BundleError, ToolError, OSError) as exc:
+        fail(f"restore of {bundle} failed: {exc}", exitcodes.ERROR)
+    click.echo(f"restored {bundle}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -118,6 +118,13 @@ IPVS_JUMPS: dict[tuple[str, str, str], str] = {
     ("filter", "OUTPUT", "KUBE-IPVS-OUT-FILTER"): "kubernetes ipvs access filter",
 }
 
+# §2.2: iptables mode jumps to the same KUBE-PROXY-FIREWALL chain from INPUT, OUTPUT and
+# FORWARD with another comment; a node that ran iptables mode before ipvs may carry them.
+IPTABLES_MODE_JUMPS: dict[tuple[str, str, str], str] = {
+    ("filter", chain, "KUBE-PROXY-FIREWALL"): "kubernetes load balancer firewall"
+    for chain in ("INPUT", "OUTPUT", "FORWARD")
+}
+
 # §3: the kubelet's chains, (table, chain); never touched, in any backend or family.
 KUBELET_CHAINS = frozenset(
     {

@@ -57,7 +57,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
         "mode": {
             "detected": c.mode.detected,
             "nftables_confirmed": c.mode.nftables_confirmed,
-            "evidence": list(c.mode.evidence),
+            "evidence": list(c.mode.evidence + c.mode.failed),
         },
         "sources": {
             name: {"status": r.status, "error": r.error, "seconds": round(r.seconds, 6)}
@@ -162,6 +162,7 @@ def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
         f"{'yes' if c.mode.nftables_confirmed else 'no'}"
     )
     lines += [f"  - {e}" for e in c.mode.evidence]
+    lines += [f"  - not confirmed: {e}" for e in c.mode.failed]
     lines.append("sources:")
     for name, r in snap.sources().items():
         lines.append(f"  {name:20} {r.status}{': ' + r.error if r.error else ''}")

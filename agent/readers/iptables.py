@@ -9,12 +9,9 @@ prints rules (a deadlock with any other writer), and it cannot see the nft backe
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from agent import iptables_save
+from agent import iptables_save, tools
 from agent.kernel import Presence, presence
 from agent.readers._timing import Absent, timed
 from agent.snapshot import IptTable, Reading
@@ -24,15 +21,7 @@ _FAMILIES = {"ipv4": ("iptables", "ip_tables"), "ipv6": ("ip6tables", "ip6_table
 
 
 def _save(tool: str, timeout: float) -> str:
-    path = shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    if path is None:
-        raise FileNotFoundError(f"{tool} not found (install the iptables package)")
-    proc = subprocess.run(
-        [path], capture_output=True, text=True, timeout=timeout, check=False, env={"LC_ALL": "C"}
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{tool} exited {proc.returncode}: {proc.stderr.strip()[:200]}")
-    return proc.stdout
+    return tools.run([tool], timeout=timeout)
 
 
 def _keep(tables: tuple[IptTable, ...]) -> list[IptTable]:

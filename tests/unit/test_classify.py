@@ -226,3 +226,20 @@ def test_detected_mode_and_clean_node_is_not_stale() -> None:
     assert classify(snapshot(kp=kube_proxy(None)), NOW).mode.detected == "unknown"
     c = classify(snapshot(nftables=KP_TABLE), NOW)
     assert c.mode.nftables_confirmed and not c.stale
+
+
+def test_only_kube_proxys_exact_jumps_are_leftovers() -> None:
+    dump = """*filter
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-NODE-PORT - [0:0]
+-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-A INPUT -p tcp --dport 30000 -j KUBE-NODE-PORT
+COMMIT
+"""
+    o = owners({"legacy": dump})
+    assert o["legacy/ipv4/filter INPUT -> KUBE-PROXY-FIREWALL"] is Owner.IPVS_LEFTOVER
+    assert o["legacy/ipv4/filter OUTPUT -> KUBE-PROXY-FIREWALL"] is Owner.IPVS_LEFTOVER
+    assert o["legacy/ipv4/filter INPUT -> KUBE-NODE-PORT"] is Owner.UNKNOWN_KUBE

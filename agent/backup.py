@@ -1,0 +1,118 @@
+"""The backup bundle written before the first change, in formats operators know (SPEC §5).
+
+One folder per run:
+  plan.json                      the plan, with evidence and what was kept
+  ipvsadm.rules                  `ipvsadm -S -n` lines of the removed virtual servers
+  ipset.save                     `ipset save` of the destroyed sets
+  iptables-<backend>-<family>.save     the whole table dump before cleanup, for reference
+  iptables-<backend>-<family>.restore  `iptables-restore --noflush` input re-creating what was
+                                       removed: chains, their rules, the jumps at their places
+  kube-ipvs0.json                the link's kind and addresses
+  sysctls.json                   sysctls changed, with their values before
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from agent import __version__, tools
+from agent.plan import Plan, TableChange
+from agent.snapshot import IpvsService
+
+_PROTO_FLAG = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
+SAVE_TOOL = {
+    ("legacy", "ipv4"): "iptables-legacy",
+    ("legacy", "ipv6"): "ip6tables-legacy",
+    ("nft", "ipv4"): "iptables-nft",
+    ("nft", "ipv6"): "ip6tables-nft",
+}
+
+
+def ipvsadm_key(svc: IpvsService) -> tuple[str, str]:
+    host = f"[{svc.address}]" if svc.family == 6 else str(svc.address)
+    return (_PROTO_FLAG.get(svc.protocol, "-t"), f"{host}:{svc.port}")
+
+
+def filter_ipvsadm_save(text: str, keys: set[tuple[str, str]]) -> str:
+    """The lines of `ipvsadm -S -n` output that belong to the given services."""
+    out = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] in ("-A", "-a") and (words[1], words[2]) in keys:
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def iptables_restore_text(changes: list[TableChange]) -> str:
+    """Re-creates removed chains with their rules, and the jumps at their old positions."""
+    lines: list[str] = []
+    for ch in changes:
+        lines.append(f"*{ch.table}")
+        lines += [f":{name} - [0:0]" for name in ch.chains]
+        for name, rules in ch.chain_rules:
+            lines += [f"-A {name} {r.text}" for r in rules]
+        # Inserting in ascending order of the old positions puts each jump back where it was.
+        for pos, rule in sorted(
+            zip(ch.positions, ch.delete_rules, strict=True), key=lambda pr: (pr[1].chain, pr[0])
+        ):
+            lines.append(f"-I {rule.chain} {pos} {rule.text}")
+        lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    return {
+        "agent_version": __version__,
+        "steps": [
+            {"phase": s.phase, "action": s.action, "target": s.target, "evidence": list(s.evidence)}
+            for s in plan.steps
+        ],
+        "kept": [{"kind": k.kind, "name": k.name, "reason": k.reason} for k in plan.kept],
+    }
+
+
+def write_bundle(base: Path, plan: Plan) -> Path:
+    """Write the bundle; raises OSError or tools.ToolError, before anything has changed."""
+    folder = base / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=False, mode=0o700)
+    (folder / "plan.json").write_text(json.dumps(plan_document(plan), indent=2) + "\n")
+
+    services = [s.service for s in plan.steps if s.service is not None]
+    if services:
+        saved = tools.run(["ipvsadm", "-S", "-n"])
+        keys = {ipvsadm_key(s) for s in services}
+        (folder / "ipvsadm.rules").write_text(filter_ipvsadm_save(saved, keys))
+
+    sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
+    if sets:
+        (folder / "ipset.save").write_text("".join(tools.run(["ipset", "save", n]) for n in sets))
+
+    by_file: dict[tuple[str, str], list[TableChange]] = defaultdict(list)
+    for s in plan.steps:
+        if s.table is not None:
+            by_file[(s.table.backend, s.table.family)].append(s.table)
+    for (backend, family), changes in by_file.items():
+        stem = f"iptables-{backend}-{family}"
+        (folder / f"{stem}.save").write_text(tools.run([f"{SAVE_TOOL[(backend, family)]}-save"]))
+        (folder / f"{stem}.restore").write_text(iptables_restore_text(changes))
+
+    links = [s.link for s in plan.steps if s.link is not None]
+    if links:
+        link = links[0]
+        doc = {
+            "name": link.name,
+            "kind": link.kind,
+            "up": link.up,
+            "addresses": list(link.addresses),
+        }
+        (folder / "kube-ipvs0.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+    sysctls = {s.sysctl[0]: s.sysctl[1] for s in plan.steps if s.sysctl is not None}
+    if sysctls:
+        (folder / "sysctls.json").write_text(json.dumps(sysctls, indent=2) + "\n")
+    return folder

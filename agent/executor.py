@@ -1,0 +1,126 @@
+"""Applies a plan step by step. Decides nothing: every object and its order come from the plan."""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent import tools
+from agent.backup import SAVE_TOOL
+from agent.plan import Step
+
+XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
+IPSET_IN_USE = 4100
+
+
+@dataclass(frozen=True)
+class Outcome:
+    step: Step
+    result: str  # done | gone | kept | failed
+    detail: str = ""
+
+
+def _ipvs(step: Step) -> Outcome:
+    from pyroute2 import IPVS, IPVSService
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    svc = step.service
+    assert svc is not None
+    key = IPVSService(
+        addr=svc.address, port=svc.port, protocol={"TCP": 6, "UDP": 17, "SCTP": 132}[svc.protocol]
+    )
+    with IPVS() as ipvs:
+        try:
+            ipvs.service("del", service=key)
+        except NetlinkError as exc:
+            if exc.code == errno.ESRCH:
+                return Outcome(step, "gone")
+            raise
+    return Outcome(step, "done")
+
+
+def _iptables(step: Step) -> Outcome:
+    ch = step.table
+    assert ch is not None
+    tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
+    # One transaction per table: all or nothing, under the xtables lock.
+    tools.run([tool, "-w", XTABLES_WAIT, "--noflush"], stdin=ch.restore_text())
+    return Outcome(step, "done")
+
+
+def _ipset(step: Step) -> Outcome:
+    from pyroute2 import IPSet
+    from pyroute2.ipset import IPSetError
+
+    assert step.ipset is not None
+    with IPSet() as ips:
+        try:
+            ips.destroy(step.ipset.name)
+        except IPSetError as exc:
+            code = getattr(exc, "code", None)
+            if code == errno.ENOENT:
+                return Outcome(step, "gone")
+            if code == IPSET_IN_USE:
+                return Outcome(
+                    step,
+                    "kept",
+                    "in use by a kernel component not seen by the "
+                    "readers (a rule in another table or backend, or a list:set)",
+                )
+            raise
+    return Outcome(step, "done")
+
+
+def _link(step: Step) -> Outcome:
+    from pyroute2 import IPRoute
+
+    link = step.link
+    assert link is not None
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=link.name)
+        if not found:
+            return Outcome(step, "gone")
+        current = ipr.link("get", index=found[0])[0]
+        info = current.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+        if kind != "dummy":  # the plan saw a dummy; something replaced it since
+            return Outcome(step, "kept", f"{link.name} is now of kind {kind}, not dummy")
+        ipr.link("del", index=found[0])
+    return Outcome(step, "done")
+
+
+def _sysctl(step: Step) -> Outcome:
+    assert step.sysctl is not None
+    name, _, value = step.sysctl
+    Path("/proc/sys", *name.split(".")).write_text(value + "\n")
+    return Outcome(step, "done")
+
+
+_ACTIONS: dict[str, Callable[[Step], Outcome]] = {
+    "delete-ipvs-service": _ipvs,
+    "iptables-table": _iptables,
+    "destroy-ipset": _ipset,
+    "delete-link": _link,
+    "reset-sysctl": _sysctl,
+}
+
+
+def execute(
+    steps: tuple[Step, ...], report: Callable[[Outcome], Any], step_delay: float = 0.0
+) -> list[Outcome]:
+    """Run every step; a failed step is reported and the others still run."""
+    outcomes = []
+    for i, step in enumerate(steps):
+        if i and step_delay:
+            time.sleep(step_delay)
+        try:
+            outcome = _ACTIONS[step.action](step)
+        except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others
+            outcome = Outcome(step, "failed", f"{type(exc).__name__}: {exc}")
+        report(outcome)
+        outcomes.append(outcome)
+    return outcomes

@@ -1,0 +1,238 @@
+"""The cleanup plan (SPEC §5): a pure function of a classified snapshot.
+
+Ownership was decided by the classifier; here only references are followed, so that an
+ipvs-mode object still referenced by state that is not being removed is kept untouched (not even
+flushed), and the steps are put in the SPEC §5 order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agent.classify import ChainRef, Classification, RuleRef
+from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
+
+ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
+STRICT_ARP = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
+
+TableKey = tuple[str, str, str]  # backend, family, table
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One atomic iptables-restore transaction: jumps out, chains flushed, chains deleted."""
+
+    backend: str
+    family: str
+    table: str
+    delete_rules: tuple[IptRule, ...]
+    chains: tuple[str, ...]
+    # for the backup: each deleted built-in rule with its 1-based position before cleanup
+    positions: tuple[int, ...] = ()
+    chain_rules: tuple[tuple[str, tuple[IptRule, ...]], ...] = ()
+
+    def restore_text(self) -> str:
+        lines = [f"*{self.table}"]
+        lines += [f"-D {r.chain} {r.text}" for r in self.delete_rules]
+        lines += [f"-F {c}" for c in self.chains]
+        lines += [f"-X {c}" for c in self.chains]
+        lines.append("COMMIT")
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Step:
+    phase: int  # 1 IPVS, 2 iptables, 3 ipsets, 4 link, 5 sysctls
+    action: str
+    target: str
+    evidence: tuple[str, ...]
+    service: IpvsService | None = None
+    table: TableChange | None = None
+    ipset: Ipset | None = None
+    link: Link | None = None
+    sysctl: tuple[str, str, str] | None = None  # name, from, to
+
+
+@dataclass(frozen=True)
+class Kept:
+    kind: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    kept: tuple[Kept, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """What the plan would change; equal for two reads of an unchanged node."""
+        return tuple(
+            (s.action, s.target, s.table.restore_text() if s.table else "") for s in self.steps
+        ) + tuple((k.kind, k.name) for k in self.kept)
+
+
+def _key(t: IptTable) -> TableKey:
+    return (t.backend, t.family, t.name)
+
+
+def _referencing(
+    tables: list[IptTable],
+    leftover_chains: dict[TableKey, set[str]],
+    leftover_sets: set[str],
+    deletable_jumps: set[tuple[TableKey, str, str]],
+) -> tuple[dict[tuple[TableKey, str], str], dict[str, str]]:
+    """Chains and sets that state not being removed still references, with the reason."""
+    kept_chains: dict[tuple[TableKey, str], str] = {}
+    kept_sets: dict[str, str] = {}
+    edges: dict[tuple[TableKey, str], list[IptRule]] = defaultdict(list)
+    for t in tables:
+        mine = leftover_chains.get(_key(t), set())
+        for chain in t.chains:
+            for rule in chain.rules:
+                if chain.name in mine:
+                    edges[(_key(t), chain.name)].append(rule)
+                    continue
+                if (_key(t), chain.name, rule.text) in deletable_jumps:
+                    continue
+                where = f"{'/'.join(_key(t))} -A {chain.name} {rule.text}"
+                if rule.target in mine:
+                    kept_chains.setdefault((_key(t), rule.target), f"referenced by {where}")
+                for s in rule.match_sets:
+                    if s in leftover_sets:
+                        kept_sets.setdefault(s, f"referenced by {where}")
+    # A kept chain keeps its rules, so whatever they reference is kept as well.
+    todo = list(kept_chains)
+    while todo:
+        key = todo.pop()
+        for rule in edges.get(key, ()):
+            why = f"referenced by kept chain {key[1]}: -A {key[1]} {rule.text}"
+            target = (key[0], rule.target or "")
+            if rule.target in leftover_chains.get(key[0], set()) and target not in kept_chains:
+                kept_chains[target] = why
+                todo.append(target)
+            for s in rule.match_sets:
+                if s in leftover_sets:
+                    kept_sets.setdefault(s, why)
+    return kept_chains, kept_sets
+
+
+def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False) -> Plan:
+    steps: list[Step] = []
+    kept: list[Kept] = []
+    leftovers = c.leftovers
+
+    for f in leftovers:
+        if isinstance(f.obj, IpvsService):
+            steps.append(Step(1, "delete-ipvs-service", f.name, f.evidence, service=f.obj))
+
+    tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
+    chain_findings = [f for f in leftovers if isinstance(f.obj, ChainRef)]
+    jump_findings = [f for f in leftovers if isinstance(f.obj, RuleRef)]
+    leftover_chains: dict[TableKey, set[str]] = defaultdict(set)
+    for f in chain_findings:
+        assert isinstance(f.obj, ChainRef)
+        leftover_chains[_key(f.obj.table)].add(f.obj.chain.name)
+    set_findings = [f for f in leftovers if isinstance(f.obj, Ipset)]
+    leftover_sets = {f.name for f in set_findings}
+    deletable = set()
+    for f in jump_findings:
+        assert isinstance(f.obj, RuleRef)
+        deletable.add((_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text))
+    kept_chains, kept_sets = _referencing(tables, leftover_chains, leftover_sets, deletable)
+
+    for t in tables:
+        key = _key(t)
+        chains = [
+            ch
+            for ch in t.chains
+            if ch.name in leftover_chains.get(key, set()) and (key, ch.name) not in kept_chains
+        ]
+        for ch in t.chains:
+            if (key, ch.name) in kept_chains:
+                kept.append(
+                    Kept("chain", f"{'/'.join(key)} {ch.name}", kept_chains[(key, ch.name)])
+                )
+        rules: list[IptRule] = []
+        positions: list[int] = []
+        for ch in t.chains:
+            for pos, rule in enumerate(ch.rules, 1):
+                if (key, ch.name, rule.text) not in deletable:
+                    continue
+                if (key, rule.target) in kept_chains:
+                    kept.append(
+                        Kept(
+                            "jump-rule",
+                            f"{'/'.join(key)} {ch.name} -> {rule.target}",
+                            f"its target {rule.target} is kept",
+                        )
+                    )
+                    continue
+                rules.append(rule)
+                positions.append(pos)
+        if not chains and not rules:
+            continue
+        change = TableChange(
+            t.backend,
+            t.family,
+            t.name,
+            tuple(rules),
+            tuple(ch.name for ch in chains),
+            tuple(positions),
+            tuple((ch.name, ch.rules) for ch in chains),
+        )
+        evidence = [
+            f"{len(rules)} kube-proxy jump rules",
+            *(f"chain {ch.name} ({len(ch.rules)} rules): ipvs-mode chain" for ch in chains),
+        ]
+        steps.append(Step(2, "iptables-table", "/".join(key), tuple(evidence), table=change))
+
+    for f in set_findings:
+        assert isinstance(f.obj, Ipset)
+        if f.name in kept_sets:
+            kept.append(Kept("ipset", f.name, kept_sets[f.name]))
+        else:
+            steps.append(Step(3, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
+
+    for f in leftovers:
+        if isinstance(f.obj, Link):
+            steps.append(Step(4, "delete-link", f.name, f.evidence, link=f.obj))
+
+    sysctls = snap.kernel.data.sysctls
+    for name, strict in STRICT_ARP.items():
+        if sysctls.get(name) == strict:
+            if reset_arp_sysctls:
+                steps.append(
+                    Step(
+                        5,
+                        "reset-sysctl",
+                        name,
+                        ("strictARP value",),
+                        sysctl=(name, strict, ARP_DEFAULTS[name]),
+                    )
+                )
+            else:
+                kept.append(
+                    Kept(
+                        "sysctl",
+                        f"{name}={strict}",
+                        "strictARP value; changed only with --reset-arp-sysctls",
+                    )
+                )
+    steps.sort(key=lambda s: s.phase)
+    return Plan(tuple(steps), tuple(kept))
+
+
+def describe(plan: Plan) -> list[str]:
+    lines = []
+    for i, s in enumerate(plan.steps, 1):
+        lines.append(f"{i:3}. {s.action} {s.target}")
+        lines += [f"       evidence: {e}" for e in s.evidence]
+    for k in plan.kept:
+        lines.append(f"  keep {k.kind} {k.name}: {k.reason}")
+    return lines

@@ -1,0 +1,56 @@
+"""`restore BUNDLE`: replays a backup bundle, in the reverse of the cleanup order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agent import tools
+
+
+class BundleError(ValueError):
+    """The folder is not a bundle written by `cleanup --apply`."""
+
+
+def _link(doc: dict[str, object]) -> None:
+    from pyroute2 import IPRoute
+
+    name = str(doc["name"])
+    with IPRoute() as ipr:
+        if not ipr.link_lookup(ifname=name):
+            ipr.link("add", ifname=name, kind=str(doc.get("kind") or "dummy"))
+        index = ipr.link_lookup(ifname=name)[0]
+        present = {
+            f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)
+        }
+        for cidr in doc.get("addresses", []):  # type: ignore[attr-defined]
+            if cidr not in present:
+                address, prefix = str(cidr).split("/")
+                ipr.addr("add", index=index, address=address, prefixlen=int(prefix))
+        if doc.get("up"):
+            ipr.link("set", index=index, state="up")
+
+
+def restore(folder: Path, say: Callable[[str], None]) -> None:
+    """Raises BundleError, tools.ToolError or OSError on the first step that fails."""
+    if not (folder / "plan.json").is_file():
+        raise BundleError(f"{folder} has no plan.json: not a bundle written by cleanup --apply")
+    if (folder / "ipset.save").exists():
+        tools.run(["ipset", "restore", "-exist"], stdin=(folder / "ipset.save").read_text())
+        say("restored ipsets")
+    if (folder / "kube-ipvs0.json").exists():
+        _link(json.loads((folder / "kube-ipvs0.json").read_text()))
+        say("restored kube-ipvs0")
+    for path in sorted(folder.glob("iptables-*-*.restore")):
+        _, backend, family = path.stem.split("-")
+        prefix = "ip6tables" if family == "ipv6" else "iptables"
+        tools.run([f"{prefix}-{backend}-restore", "-w", "30", "--noflush"], stdin=path.read_text())
+        say(f"restored iptables {backend} {family}")
+    if (folder / "ipvsadm.rules").exists():
+        tools.run(["ipvsadm", "-R"], stdin=(folder / "ipvsadm.rules").read_text())
+        say("restored IPVS virtual servers")
+    if (folder / "sysctls.json").exists():
+        for name, value in json.loads((folder / "sysctls.json").read_text()).items():
+            Path("/proc/sys", *name.split(".")).write_text(f"{value}\n")
+        say("restored sysctls")

@@ -1,0 +1,46 @@
+"""Running the netfilter command-line tools the agent relies on (found on PATH or /usr/sbin)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+PACKAGES = {
+    "iptables": "iptables",
+    "ip6tables": "iptables",
+    "ipset": "ipset",
+    "ipvsadm": "ipvsadm",
+}
+
+
+class ToolError(RuntimeError):
+    """A tool is missing or failed; the text says which and why."""
+
+
+def which(tool: str) -> str:
+    path = shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if path is None:
+        package = PACKAGES.get(tool.split("-", 1)[0], tool)
+        raise ToolError(f"{tool} not found (install the {package} package)")
+    return path
+
+
+def run(args: list[str], stdin: str | None = None, timeout: float = 60.0) -> str:
+    """Run a tool with the C locale; its stdout, or ToolError with its stderr."""
+    cmd = [which(args[0]), *args[1:]]
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={"LC_ALL": "C"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ToolError(f"{args[0]} did not finish within {timeout:g}s") from exc
+    if proc.returncode != 0:
+        raise ToolError(f"{args[0]} exited {proc.returncode}: {proc.stderr.strip()[:300]}")
+    return proc.stdout

@@ -1,0 +1,286 @@
+"""cleanup on lab nodes in namespaces: exact removal, refusals, foreign references,
+idempotence, interruption and restore. IPVS and kube-ipvs0 are covered in tests/vm."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab import build
+from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
+from lab.scenarios import realistic_node
+from tests.conftest import AGENT, run_agent
+from tests.dumps import dump, minus_leftovers
+
+pytestmark = pytest.mark.netns
+CONFIRMED = {"mode": "nftables", "families": ["IPv4", "IPv6"], "last_sync_age": 2.0}
+
+
+@contextmanager
+def node(
+    netns: Callable[[], str],
+    tmp: Path,
+    backend: str = "nft",
+    dual: bool = True,
+    state: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Iterator[tuple[str, FakeKubeProxy]]:
+    ns = netns()
+    build.build(
+        ns,
+        realistic_node(
+            dual_stack=dual,
+            backend=backend,
+            third_party=True,
+            nftables_table=True,
+            old_release_orphans=True,
+            **kw,
+        ),
+    )
+    families = {"families": ["IPv4", "IPv6"] if dual else ["IPv4"]}
+    with start_fake_kube_proxy(ns, {**(state or CONFIRMED), **families}, tmp / "kp.json") as kp:
+        yield ns, kp
+
+
+def apply(ns: str, tmp: Path, *extra: str) -> Any:
+    return run_agent(
+        ns,
+        "cleanup",
+        "--apply",
+        "--backup-dir",
+        str(tmp / "backups"),
+        "--lock-file",
+        str(tmp / "cleanup.lock"),
+        *extra,
+    )
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+@pytest.mark.parametrize("dual", [False, True], ids=["ipv4", "dual-stack"])
+def test_apply_removes_exactly_the_leftovers_and_restore_gives_them_back(
+    netns: Callable[[], str], tmp_path: Path, backend: str, dual: bool
+) -> None:
+    with node(netns, tmp_path, backend, dual) as (ns, _):
+        before = dump(ns)
+        r = apply(ns, tmp_path)
+        assert r.rc == 0, r.stdout + r.stderr
+        after = dump(ns)
+        assert after == minus_leftovers(before)
+        assert run_agent(ns, "audit", "--json").json["leftovers"]["ipsets"] == {
+            "ipv4": 0,
+            "ipv6": 0,
+        }
+        second = apply(ns, tmp_path)  # a second run is a no-op
+        assert second.rc == 0 and "nothing to remove" in second.stdout
+        assert dump(ns) == after
+        (bundle,) = (tmp_path / "backups").iterdir()
+        assert {p.name for p in bundle.iterdir()} >= {"plan.json", "ipset.save"}
+        rr = run_agent(ns, "restore", str(bundle))
+        assert rr.rc == 0, rr.stderr
+        assert dump(ns) == before
+
+
+def test_dry_run_changes_nothing_and_prints_the_ordered_plan(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    with node(netns, tmp_path) as (ns, _):
+        before = dump(ns)
+        r = run_agent(ns, "cleanup")
+        assert r.rc == 1
+        assert dump(ns) == before
+    steps = [
+        line.split()[1] for line in r.stdout.splitlines() if line[:4].strip().rstrip(".").isdigit()
+    ]
+    assert steps == sorted(steps, key=["iptables-table", "destroy-ipset"].index)
+    assert "evidence: kube-proxy ipvs-mode set" in r.stdout
+    assert r.stdout.splitlines()[-1] == "nftables mode confirmed: --apply would run this plan"
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"mode": "ipvs"}, "kube-proxy does not say nftables"),
+        ({"mode": "iptables"}, "kube-proxy does not say nftables"),
+        ({"mode": "nftables", "last_sync_age": 3600.0}, "last sync"),
+        ({"mode": "nftables", "healthy": False}, "unhealthy"),
+        ({"garbage": True}, "/proxyMode error"),
+    ],
+    ids=["ipvs", "iptables", "stale-sync", "unhealthy", "garbage"],
+)
+def test_refused_with_nothing_changed(
+    netns: Callable[[], str], tmp_path: Path, state: dict[str, Any], reason: str
+) -> None:
+    with node(netns, tmp_path, state={**CONFIRMED, **state}) as (ns, _):
+        before = dump(ns)
+        r = apply(ns, tmp_path)
+        assert r.rc == 3, r.stdout + r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert line.startswith("ipvs-leftovers: refused: nftables mode is not confirmed")
+        assert reason in line
+        assert dump(ns) == before
+        assert not (tmp_path / "backups").exists()
+
+
+def test_refused_when_kube_proxy_is_unreachable(netns: Callable[[], str], tmp_path: Path) -> None:
+    ns = netns()
+    build.build(ns, realistic_node())
+    before = dump(ns)
+    r = apply(ns, tmp_path)
+    assert r.rc == 3 and "unreachable" in r.stderr
+    assert dump(ns) == before
+
+
+def test_refused_when_kube_proxy_switches_back_to_ipvs_before_execution(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    with node(netns, tmp_path) as (ns, kp):
+        before = dump(ns)
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            AGENT,
+            "cleanup",
+            "--apply",
+            "--backup-dir",
+            str(tmp_path / "b"),
+            "--lock-file",
+            str(tmp_path / "l"),
+            "--pause-before-execute",
+            "5",
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().strip() == "re-checking the gate"  # plan + backup done
+        kp.set(mode="ipvs")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 3, out + err
+        assert "refused: nftables mode is not confirmed" in err
+        assert dump(ns) == before
+
+
+def test_one_cleanup_at_a_time(netns: Callable[[], str], tmp_path: Path) -> None:
+    import fcntl
+
+    with node(netns, tmp_path) as (ns, _):
+        before = dump(ns)
+        with open(tmp_path / "cleanup.lock", "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            r = apply(ns, tmp_path)
+        assert r.rc == 3 and "another cleanup holds" in r.stderr
+        assert dump(ns) == before
+
+
+def test_foreign_references_keep_their_targets_untouched(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    with node(netns, tmp_path, backend="legacy", dual=False) as (ns, _):
+        ipt = ["ip", "netns", "exec", ns, "iptables-legacy"]
+        # CNI portmap marks for masquerade through kube-proxy's chain; a firewall trusts a set.
+        subprocess.run([*ipt, "-t", "nat", "-N", "CNI-HOSTPORT-SETMARK"], check=True)
+        subprocess.run(
+            [*ipt, "-t", "nat", "-A", "CNI-HOSTPORT-SETMARK", "-j", "KUBE-MARK-MASQ"], check=True
+        )
+        subprocess.run(
+            [
+                *ipt,
+                "-A",
+                "INPUT",
+                "-m",
+                "set",
+                "--match-set",
+                "KUBE-CLUSTER-IP",
+                "dst,dst",
+                "-j",
+                "ACCEPT",
+            ],
+            check=True,
+        )
+        before = dump(ns)
+        r = apply(ns, tmp_path)
+        assert r.rc == 1, r.stdout + r.stderr  # something remains
+        assert (
+            "kept chain legacy/ipv4/nat KUBE-MARK-MASQ: referenced by legacy/ipv4/nat "
+            "-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ" in r.stdout
+        )
+        assert "kept ipset KUBE-CLUSTER-IP: referenced by legacy/ipv4/filter -A INPUT" in r.stdout
+        assert dump(ns) == minus_leftovers(
+            before, kept_chains={"KUBE-MARK-MASQ"}, kept_sets={"KUBE-CLUSTER-IP"}
+        )
+        again = apply(ns, tmp_path)
+        assert again.rc == 1 and "nothing to remove" in again.stdout
+
+
+def test_an_interrupted_run_is_completed_by_the_next(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    with node(netns, tmp_path) as (ns, _):
+        before = dump(ns)
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            AGENT,
+            "cleanup",
+            "--apply",
+            "--backup-dir",
+            str(tmp_path / "b"),
+            "--lock-file",
+            str(tmp_path / "l"),
+            "--step-delay",
+            "2",
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        done = 0
+        for line in proc.stdout:
+            done += line.startswith("done ")
+            if done == 3:  # killed between steps, half-way through the tables
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait()
+        time.sleep(0.2)
+        middle = dump(ns)
+        assert middle != before and middle != minus_leftovers(before)
+        r = apply(ns, tmp_path)
+        assert r.rc == 0, r.stdout + r.stderr
+        assert dump(ns) == minus_leftovers(before)
+
+
+def test_arp_sysctls_change_only_when_asked(netns: Callable[[], str], tmp_path: Path) -> None:
+    with node(netns, tmp_path, strict_arp=True) as (ns, _):
+
+        def arp() -> tuple[str, str]:
+            return tuple(
+                build.run(
+                    ["ip", "netns", "exec", ns, "sysctl", "-n", f"net.ipv4.conf.all.{k}"]
+                ).strip()
+                for k in ("arp_ignore", "arp_announce")
+            )  # type: ignore[return-value]
+
+        forward = build.run(["ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.ip_forward"])
+        assert apply(ns, tmp_path).rc == 0
+        assert arp() == ("1", "2")
+        r = apply(ns, tmp_path, "--reset-arp-sysctls")
+        assert r.rc == 0, r.stdout + r.stderr
+        assert arp() == ("0", "0")
+        assert (
+            build.run(["ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.ip_forward"]) == forward
+        )
+        bundle = sorted((tmp_path / "backups").iterdir())[-1]
+        assert run_agent(ns, "restore", str(bundle)).rc == 0
+        assert arp() == ("1", "2")
+
+
+def test_restore_of_a_folder_that_is_no_bundle(netns: Callable[[], str], tmp_path: Path) -> None:
+    r = run_agent(netns(), "restore", str(tmp_path))
+    assert r.rc == 4 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
