@@ -284,3 +284,27 @@ def test_arp_sysctls_change_only_when_asked(netns: Callable[[], str], tmp_path: 
 def test_restore_of_a_folder_that_is_no_bundle(netns: Callable[[], str], tmp_path: Path) -> None:
     r = run_agent(netns(), "restore", str(tmp_path))
     assert r.rc == 4 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_kube_ipvs0_that_is_not_dummy_is_never_deleted(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(with_kube_ipvs0=True, kube_ipvs0_kind="bridge"))
+    with start_fake_kube_proxy(
+        ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"
+    ):
+        r = run_agent(
+            ns,
+            "cleanup",
+            "--apply",
+            "--backup-dir",
+            str(tmp_path / "b"),
+            "--lock-file",
+            str(tmp_path / "l"),
+        )
+    # not kube-proxy's (unknown-kube): reported by audit, never part of a plan
+    assert r.rc == 0, r.stdout + r.stderr
+    assert "delete-link" not in r.stdout
+    link = build.run(["ip", "netns", "exec", ns, "ip", "-d", "-o", "link", "show", "kube-ipvs0"])
+    assert " bridge " in link
