@@ -290,7 +290,9 @@ def test_a_kube_ipvs0_that_is_not_dummy_is_never_deleted(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
     ns = netns()
-    build.build(ns, realistic_node(with_kube_ipvs0=True, kube_ipvs0_kind="bridge"))
+    build.build(
+        ns, realistic_node(with_kube_ipvs0=True, kube_ipvs0_kind="bridge", nftables_table=True)
+    )
     with start_fake_kube_proxy(
         ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"
     ):
