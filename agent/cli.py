@@ -156,6 +156,28 @@ def _write_textfile(path: str, col: Collection) -> None:
         fail(f"cannot write --textfile {path}: {exc.strerror or exc}", exitcodes.ERROR)
 
 
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`."""
+
+    name = "duration"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip()
+        unit = self._UNITS.get(text[-1:], None)
+        try:
+            seconds = float(text[:-1]) * unit if unit else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
+
+
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
     from agent.server import parse_listen
 
@@ -187,6 +209,39 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     help="Time budget of each kernel source; past it the source reports source_up 0.",
 )
+@click.option(
+    "--auto-cleanup/--no-auto-cleanup",
+    default=False,
+    show_default=True,
+    help="Run cleanup --apply by itself once nftables mode has held for the hold-down.",
+)
+@click.option(
+    "--auto-cleanup-hold-down",
+    type=Duration(),
+    default="24h",
+    show_default=True,
+    help="How long nftables mode must be confirmed without a break first.",
+)
+@click.option(
+    "--auto-cleanup-interval",
+    type=Duration(),
+    default="60s",
+    show_default=True,
+    help="How often auto-cleanup observes the node (through the shared collection).",
+)
+@click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False),
+    default="/var/lib/ipvs-leftovers",
+    show_default=True,
+    help="Auto-cleanup's backup bundles.",
+)
+@click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False),
+    default="/run/ipvs-leftovers.lock",
+    show_default=True,
+)
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @MAX_SYNC_AGE
@@ -199,8 +254,13 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     max_sync_age: float,
+    auto_cleanup: bool,
+    auto_cleanup_hold_down: float,
+    auto_cleanup_interval: float,
+    backup_dir: str,
+    lock_file: str,
 ) -> None:
-    """Prometheus exporter: reads at scrape time, counts only, no mutation."""
+    """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
     import dataclasses
     import logging
     import ssl
@@ -218,8 +278,23 @@ def serve(
     log = logging.getLogger("ipvs_leftovers.serve")
     opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout)
     shared = SharedCollection(lambda: _collection(opts, max_sync_age), min_interval)
+    auto = None
+    if auto_cleanup:
+        from pathlib import Path
+
+        from agent import cleanup as procedure
+        from agent.autoclean import AutoCleanup, Streak
+
+        fresh_opts = dataclasses.replace(opts, budget=None)
+        auto = AutoCleanup(
+            observe=shared.get,
+            fresh=lambda: _collection(fresh_opts, max_sync_age),
+            settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
+            streak=Streak(auto_cleanup_hold_down, max_gap=3 * auto_cleanup_interval),
+            interval=auto_cleanup_interval,
+        )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(shared))
+    registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))
     host, port = listen
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     try:
@@ -229,16 +304,13 @@ def serve(
     except OSError as exc:
         fail(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR)
     log.info("serving on %s:%d%s", host or "*", port, " (TLS)" if tls else "")
+    if auto is not None:
+        log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
+        auto.start()
     serve_until_signalled(server)
+    if auto is not None:
+        auto.stop()
     log.info("stopped")
-
-
-def _gate_refusal(col: Collection) -> str | None:
-    mode = col.classification.mode
-    if mode.nftables_confirmed:
-        return None
-    reason = mode.failed[0] if mode.failed else "no evidence"
-    return f"refused: nftables mode is not confirmed ({reason}); nothing was changed"
 
 
 @main.command()
@@ -282,87 +354,36 @@ def cleanup(
     """
     from pathlib import Path
 
-    from agent import lock
-    from agent.backup import write_bundle
-    from agent.executor import execute
-    from agent.plan import describe, make_plan
+    from agent import cleanup as procedure
+    from agent.plan import describe
 
     _require_permission()
     opts = ctx.obj["options"]
-    col = _collection(opts, max_sync_age)
-    errors = [
-        n
-        for n, r in col.snapshot.sources().items()
-        if r.status == "error" and not n.startswith("kube_proxy")
-    ]
-    if errors:
-        fail(f"cannot plan: could not read {', '.join(errors)} (see audit)", exitcodes.ERROR)
-    plan = make_plan(col.snapshot, col.classification, reset_arp_sysctls)
-    click.echo(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
-    for line in describe(plan):
-        click.echo(line)
-    if not apply_:
-        refusal = _gate_refusal(col)
-        click.echo(
-            f"--apply would be {refusal}"
-            if refusal
-            else "nftables mode confirmed: --apply would run this plan"
-        )
-        sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
-    with lock.exclusive(Path(lock_file)) as held:
-        if not held:
-            fail(
-                f"refused: another cleanup holds {lock_file}; nothing was changed",
-                exitcodes.REFUSED,
+    settings = procedure.Settings(
+        Path(backup_dir), Path(lock_file), reset_arp_sysctls, pause_before_execute, step_delay
+    )
+
+    def collect() -> Collection:
+        return _collection(opts, max_sync_age)
+
+    try:
+        if not apply_:
+            col = collect()
+            plan = procedure.plan_for(col, settings)
+            click.echo(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
+            for line in describe(plan):
+                click.echo(line)
+            refusal = procedure.gate_refusal(col)
+            click.echo(
+                f"--apply would be {refusal}"
+                if refusal
+                else "nftables mode confirmed: --apply would run this plan"
             )
-        if plan.empty:
-            click.echo("nothing to remove")
             sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
-        refusal = _gate_refusal(col)
-        if refusal:
-            fail(refusal, exitcodes.REFUSED)
-        try:
-            bundle = write_bundle(Path(backup_dir), plan)
-        except Exception as exc:  # noqa: BLE001 - no change has been made yet
-            fail(
-                f"cannot write the backup under {backup_dir}: {exc}; nothing was changed",
-                exitcodes.ERROR,
-            )
-        click.echo(f"backup: {bundle}")
-        if pause_before_execute:
-            click.echo("re-checking the gate", err=True)
-            time.sleep(pause_before_execute)
-        again = _collection(opts, max_sync_age)
-        refusal = _gate_refusal(again)
-        if refusal:
-            fail(refusal, exitcodes.REFUSED)
-        again_plan = make_plan(again.snapshot, again.classification, reset_arp_sysctls)
-        if again_plan.fingerprint() != plan.fingerprint():
-            fail(
-                "refused: the node changed while the plan was made; run cleanup again "
-                "(nothing was changed)",
-                exitcodes.REFUSED,
-            )
-
-        def report(o: object) -> None:
-            from agent.executor import Outcome
-
-            assert isinstance(o, Outcome)
-            detail = f": {o.detail}" if o.detail else ""
-            click.echo(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
-
-        outcomes = execute(plan.steps, report, step_delay)
-        after = _collection(opts, max_sync_age)
-        remaining = after.classification.leftovers
-        click.echo(f"after: {len(remaining)} ipvs-mode objects remain")
-        for k in plan.kept:
-            click.echo(f"  kept {k.kind} {k.name}: {k.reason}")
-        for o in outcomes:
-            if o.result in ("kept", "failed"):
-                click.echo(f"  {o.result} {o.step.action} {o.step.target}: {o.detail}")
-        if any(o.result == "failed" for o in outcomes):
-            sys.exit(exitcodes.ERROR)
-        sys.exit(exitcodes.REMAINS if remaining else exitcodes.OK)
+        result = procedure.apply(collect, settings, click.echo, lambda m: click.echo(m, err=True))
+    except (procedure.Refused, procedure.CleanupError) as exc:
+        fail(str(exc), exc.code)
+    sys.exit(result.code)
 
 
 @main.command()

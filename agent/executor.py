@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent import tools
 from agent.backup import SAVE_TOOL
@@ -110,7 +109,7 @@ _ACTIONS: dict[str, Callable[[Step], Outcome]] = {
 
 
 def execute(
-    steps: tuple[Step, ...], report: Callable[[Outcome], Any], step_delay: float = 0.0
+    steps: tuple[Step, ...], report: Callable[[Outcome], None], step_delay: float = 0.0
 ) -> list[Outcome]:
     """Run every step; a failed step is reported and the others still run."""
     outcomes = []

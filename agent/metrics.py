@@ -168,7 +168,9 @@ class SharedCollection:
 
 class AgentCollector(Collector):
     def __init__(
-        self, shared: SharedCollection, extra: Callable[[], list[GaugeMetricFamily]] | None = None
+        self,
+        shared: SharedCollection,
+        extra: Callable[[], list[GaugeMetricFamily | CounterMetricFamily]] | None = None,
     ) -> None:
         self._shared = shared
         self._extra = extra

@@ -1,0 +1,142 @@
+"""The `cleanup --apply` procedure (SPEC §5), shared by the command and serve's auto-cleanup.
+
+Order: plan -> lock -> gate -> backup -> gate and plan again -> execute -> re-audit. Until the
+executor starts nothing has changed, and every refusal says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent import exitcodes, lock
+from agent.backup import write_bundle
+from agent.executor import Outcome, execute
+from agent.metrics import Collection
+from agent.plan import Plan, describe, make_plan
+
+
+class Refused(Exception):
+    """The gate or the lock said no; nothing was changed (exit 3)."""
+
+    code = exitcodes.REFUSED
+
+
+class CleanupError(Exception):
+    """Something could not be read or written before any change (exit 4)."""
+
+    code = exitcodes.ERROR
+
+
+@dataclass(frozen=True)
+class Settings:
+    backup_dir: Path
+    lock_file: Path
+    reset_arp_sysctls: bool = False
+    pause_before_execute: float = 0.0  # hidden test hook: a window between backup and re-check
+    step_delay: float = 0.0  # hidden test hook: a window between steps
+
+
+@dataclass
+class Result:
+    code: int
+    plan: Plan
+    outcomes: list[Outcome] = field(default_factory=list)
+    remaining: int = 0
+    bundle: Path | None = None
+    finished_at: float = 0.0
+
+    def removed_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for o in self.outcomes:
+            if o.result == "done":
+                counts[o.step.action] = counts.get(o.step.action, 0) + 1
+        return counts
+
+    @property
+    def failures(self) -> int:
+        return sum(o.result == "failed" for o in self.outcomes)
+
+
+def gate_refusal(col: Collection) -> str | None:
+    mode = col.classification.mode
+    if mode.nftables_confirmed:
+        return None
+    reason = mode.failed[0] if mode.failed else "no evidence"
+    return f"refused: nftables mode is not confirmed ({reason}); nothing was changed"
+
+
+def plan_for(col: Collection, settings: Settings) -> Plan:
+    errors = [
+        name
+        for name, r in col.snapshot.sources().items()
+        if r.status == "error" and not name.startswith("kube_proxy")
+    ]
+    if errors:
+        raise CleanupError(f"cannot plan: could not read {', '.join(errors)} (see audit)")
+    return make_plan(col.snapshot, col.classification, settings.reset_arp_sysctls)
+
+
+def apply(
+    collect: Callable[[], Collection],
+    settings: Settings,
+    say: Callable[[str], None],
+    note: Callable[[str], None],
+) -> Result:
+    """Run the whole procedure; raises Refused or CleanupError before any change."""
+    col = collect()
+    plan = plan_for(col, settings)
+    say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
+    for line in describe(plan):
+        say(line)
+    with lock.exclusive(settings.lock_file) as held:
+        if not held:
+            raise Refused(
+                f"refused: another cleanup holds {settings.lock_file}; nothing was changed"
+            )
+        if plan.empty:
+            say("nothing to remove")
+            code = exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK
+            return Result(code, plan, finished_at=time.time())
+        refusal = gate_refusal(col)
+        if refusal:
+            raise Refused(refusal)
+        try:
+            bundle = write_bundle(settings.backup_dir, plan)
+        except Exception as exc:  # noqa: BLE001 - no change has been made yet
+            raise CleanupError(
+                f"cannot write the backup under {settings.backup_dir}: {exc}; nothing was changed"
+            ) from exc
+        say(f"backup: {bundle}")
+        if settings.pause_before_execute:
+            note("re-checking the gate")
+            time.sleep(settings.pause_before_execute)
+        again = collect()
+        refusal = gate_refusal(again)
+        if refusal:
+            raise Refused(refusal)
+        if plan_for(again, settings).fingerprint() != plan.fingerprint():
+            raise Refused(
+                "refused: the node changed while the plan was made; run cleanup "
+                "again (nothing was changed)"
+            )
+
+        def report(o: Outcome) -> None:
+            detail = f": {o.detail}" if o.detail else ""
+            say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
+
+        outcomes = execute(plan.steps, report, settings.step_delay)
+    remaining = collect().classification.leftovers
+    say(f"after: {len(remaining)} ipvs-mode objects remain")
+    for k in plan.kept:
+        say(f"  kept {k.kind} {k.name}: {k.reason}")
+    for o in outcomes:
+        if o.result in ("kept", "failed"):
+            say(f"  {o.result} {o.step.action} {o.step.target}: {o.detail}")
+    if any(o.result == "failed" for o in outcomes):
+        code = exitcodes.ERROR
+    else:
+        code = exitcodes.REMAINS if remaining else exitcodes.OK
+    return Result(code, plan, outcomes, len(remaining), bundle, time.time())

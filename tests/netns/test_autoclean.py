@@ -1,0 +1,97 @@
+"""serve --auto-cleanup on lab nodes: acts only after the hold-down, never when not confirmed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lab import build
+from lab.kube_proxy import start_fake_kube_proxy
+from lab.scenarios import realistic_node
+from tests.dumps import dump, minus_leftovers
+from tests.serving import scrape, serving
+
+pytestmark = pytest.mark.netns
+URL = "http://127.0.0.1:9437/metrics"
+
+
+def _auto(tmp: Path, hold: str) -> tuple[str, ...]:
+    return (
+        "--auto-cleanup",
+        "--auto-cleanup-hold-down",
+        hold,
+        "--auto-cleanup-interval",
+        "0.5",
+        "--min-interval",
+        "0",
+        "--backup-dir",
+        str(tmp / "b"),
+        "--lock-file",
+        str(tmp / "l"),
+    )
+
+
+def _wait(ns: str, key: str, value: float, seconds: float) -> dict[str, float]:
+    deadline = time.monotonic() + seconds
+    while True:
+        samples = scrape(ns, URL)["samples"]
+        if samples.get(key) == value or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.5)
+
+
+def test_cleans_after_the_hold_down_and_reports_it(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(third_party=True, nftables_table=True))
+    before = dump(ns)
+    with (
+        start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"),
+        serving(ns, *_auto(tmp_path, "4s")),
+    ):
+        early = scrape(ns, URL)["samples"]
+        assert early["ipvs_leftovers_stale"] == 1  # not yet: hold-down of 4 s
+        samples = _wait(ns, 'ipvs_leftovers_cleanup_runs_total{outcome="clean"}', 1, 60)
+    assert samples['ipvs_leftovers_cleanup_runs_total{outcome="clean"}'] == 1
+    assert samples['ipvs_leftovers_cleanup_removed{kind="destroy-ipset"}'] == 17
+    assert samples['ipvs_leftovers_cleanup_removed{kind="iptables-table"}'] == 2
+    assert samples["ipvs_leftovers_cleanup_failures"] == 0
+    assert samples["ipvs_leftovers_cleanup_last_run_timestamp_seconds"] > 0
+    assert dump(ns) == minus_leftovers(before)
+    assert len(list((tmp_path / "b").iterdir())) == 1
+
+
+@pytest.mark.parametrize("state", [{"mode": "ipvs"}, {"mode": "nftables", "healthy": False}])
+def test_never_acts_when_nftables_mode_is_not_confirmed(
+    netns: Callable[[], str], tmp_path: Path, state: dict[str, object]
+) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(nftables_table=True))
+    before = dump(ns)
+    with (
+        start_fake_kube_proxy(ns, {"families": ["IPv4"], **state}, tmp_path / "kp.json"),
+        serving(ns, *_auto(tmp_path, "1s")),
+    ):
+        time.sleep(4)
+        samples = scrape(ns, URL)["samples"]
+    assert samples["ipvs_leftovers_cleanup_last_run_timestamp_seconds"] == 0
+    assert samples["ipvs_leftovers_nftables_confirmed_streak_seconds"] == 0
+    assert dump(ns) == before
+
+
+def test_off_by_default(netns: Callable[[], str], tmp_path: Path) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(nftables_table=True))
+    before = dump(ns)
+    with (
+        start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"),
+        serving(ns, "--min-interval", "0"),
+    ):
+        time.sleep(2)
+        samples = scrape(ns, URL)["samples"]
+    assert "ipvs_leftovers_cleanup_runs_total" not in str(samples)
+    assert dump(ns) == before
