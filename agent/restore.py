@@ -15,11 +15,16 @@ class BundleError(ValueError):
 
 def _link(doc: dict[str, object]) -> None:
     from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
 
     name = str(doc["name"])
     with IPRoute() as ipr:
         if not ipr.link_lookup(ifname=name):
-            ipr.link("add", ifname=name, kind=str(doc.get("kind") or "dummy"))
+            kind = str(doc.get("kind") or "dummy")
+            try:  # the old interface index, so that the node is as it was
+                ipr.link("add", ifname=name, kind=kind, index=int(doc["index"]))  # type: ignore[call-overload]
+            except (KeyError, NetlinkError):
+                ipr.link("add", ifname=name, kind=kind)
         index = ipr.link_lookup(ifname=name)[0]
         present = {
             f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)
