@@ -239,7 +239,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option(
     "--lock-file",
     type=click.Path(dir_okay=False),
-    default="/run/ipvs-leftovers.lock",
+    default="/run/ipvs-leftovers/cleanup.lock",
     show_default=True,
 )
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
@@ -325,7 +325,7 @@ def serve(
 @click.option(
     "--lock-file",
     type=click.Path(dir_okay=False),
-    default="/run/ipvs-leftovers.lock",
+    default="/run/ipvs-leftovers/cleanup.lock",
     show_default=True,
     help="One cleanup at a time on a node.",
 )
@@ -384,6 +384,26 @@ def cleanup(
     except (procedure.Refused, procedure.CleanupError) as exc:
         fail(str(exc), exc.code)
     sys.exit(result.code)
+
+
+@main.command("job-manifest")
+@click.option("--node", required=True, help="The node the Job runs on (spec.nodeName).")
+@click.option(
+    "--image",
+    default=f"ghcr.io/example/ipvs-leftovers:{__version__}",
+    show_default=True,
+    help="The agent's image as you publish it.",
+)
+@click.option("--namespace", default="ipvs-leftovers", show_default=True)
+@click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
+def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
+    """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
+    from agent.job import render
+
+    try:
+        click.echo(render(node, image, namespace, apply_), nl=False)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--node") from exc
 
 
 @main.command()
