@@ -426,3 +426,8 @@ def restore(bundle: str) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+from agent.cli_checks import precheck, verify  # noqa: E402
+
+main.add_command(precheck)
+main.add_command(verify)

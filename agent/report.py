@@ -6,7 +6,7 @@ from typing import Any
 
 from agent import __version__, exitcodes
 from agent.classify import ChainRef, Classification, Finding, Owner, ipset_family
-from agent.snapshot import Ipset, IpvsService, Link, Snapshot
+from agent.snapshot import Ipset, IpvsService, Link, NftTable, Snapshot
 
 SCHEMA = 1
 LIST_LIMIT = 20  # objects listed per class and source without --verbose
@@ -80,6 +80,18 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             "iptables_jump_rules": jumps,
         },
         "foreign": _ipvs_counts(c.owned_by(Owner.FOREIGN, "ipvs-service")),
+        "nftables_mode": {
+            "tables": [
+                {
+                    "family": f.obj.family,
+                    "table": f.obj.name,
+                    "chains": f.obj.chains,
+                    "sets": {s.name: s.elements for s in f.obj.sets},
+                }
+                for f in c.owned_by(Owner.NFTABLES_MODE)
+                if isinstance(f.obj, NftTable)
+            ]
+        },
         "stale": c.stale,
         "sysctls": dict(snap.kernel.data.sysctls),
         "findings": [

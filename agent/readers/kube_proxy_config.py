@@ -452,9 +452,7 @@ def read_process(proc: Path = Path("/proc")) -> Reading[KubeProxyConfig | None]:
         values = settings(parse_config_text(text), f"{config} ({where})")
     except (ConfigError, UnicodeDecodeError) as exc:
         return Reading("error", partial, f"cannot parse kube-proxy's --config {on_disk}: {exc}")
-    return Reading(
-        "ok", _build(origin, values, config_file=config, ignored_flags=ignored, **extra)
-    )
+    return Reading("ok", _build(origin, values, config_file=config, ignored_flags=ignored, **extra))
 
 
 def read(config_file: str | None = None) -> Reading[KubeProxyConfig | None]:

@@ -1,11 +1,18 @@
-"""nftables tables over nfnetlink (pyroute2); chains and set/map sizes of kube-proxy's tables."""
+"""nftables tables over nfnetlink; chains and set/map sizes of kube-proxy's tables.
+
+Read with agent.netlink: a 10,000-Service nftables-mode table holds tens of thousands of
+chains, and only their table names are needed here (counted, never decoded further).
+Attribute numbers are the kernel's (include/uapi/linux/netfilter/nf_tables.h).
+"""
 
 from __future__ import annotations
 
+import errno
+import struct
 from collections import Counter
-from typing import Any
 
 from agent.kernel import Presence, presence
+from agent.netlink import NetlinkError, NfTables, attr, attrs, count_attrs
 from agent.readers._timing import Absent, timed
 from agent.snapshot import NftSet, NftTable, Reading
 
@@ -13,68 +20,65 @@ FAMILIES = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
 _FAMILY_NUMBERS = {v: k for k, v in FAMILIES.items()}
 # Tables whose set and map elements are counted: kube-proxy's nftables-mode tables.
 DETAILED = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
+GETTABLE, GETCHAIN, GETSET, GETSETELEM = 1, 4, 10, 13
+TABLE_NAME = CHAIN_TABLE = SET_TABLE = ELEM_LIST_TABLE = 1
+SET_NAME = ELEM_LIST_SET = 2
+SET_FLAGS = 3
+ELEM_LIST_ELEMENTS = 3
+SET_ANONYMOUS, SET_MAP = 0x1, 0x8
 
 
-def _flags(value: Any) -> frozenset[str]:
-    return value if isinstance(value, frozenset) else frozenset()
+def _text(view: memoryview | None) -> str:
+    return bytes(view or b"").split(b"\0", 1)[0].decode()
 
 
-def _count_elements(family: str, table: str, name: str) -> int:
-    from pyroute2.netlink.nfnetlink.nftsocket import NFT_MSG_GETSETELEM, nft_set_elem_list_msg
-    from pyroute2.nftables.main import NFTables
-
-    # The high-level set_elems('get') of pyroute2 0.9.7 is broken and reads only the first
-    # message; the element dump must go out with the table's own family.
-    with NFTables(nfgen_family=_FAMILY_NUMBERS[family]) as nft:
-        msg = nft_set_elem_list_msg()
-        msg["attrs"] = [["NFTA_SET_ELEM_LIST_TABLE", table], ["NFTA_SET_ELEM_LIST_SET", name]]
-        return sum(
-            len(m.get_attr("NFTA_SET_ELEM_LIST_ELEMENTS") or ())
-            for m in nft.request_get(msg, NFT_MSG_GETSETELEM)
-        )
+def _family(payload: memoryview) -> str:
+    return FAMILIES.get(payload[0], str(payload[0]))
 
 
 def _read() -> tuple[NftTable, ...]:
     if presence("nf_tables") is Presence.ABSENT:
         raise Absent("nf_tables module not loaded")
-    from pyroute2.netlink.exceptions import NetlinkError
-    from pyroute2.nftables.main import NFTables
-
-    try:
-        with NFTables(nfgen_family=0) as nft:
-            tables = [
-                (
-                    FAMILIES.get(m["nfgen_family"], str(m["nfgen_family"])),
-                    m.get_attr("NFTA_TABLE_NAME"),
-                )
-                for m in nft.get_tables()
-            ]
-            chains = Counter(
-                (FAMILIES.get(m["nfgen_family"], ""), m.get_attr("NFTA_CHAIN_TABLE"))
-                for m in nft.get_chains()
-            )
-            sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
-            for m in nft.get_sets():
-                flags = _flags(m.get_attr("NFTA_SET_FLAGS"))
-                if "NFT_SET_ANONYMOUS" in flags:
-                    continue
-                key = (FAMILIES.get(m["nfgen_family"], ""), m.get_attr("NFTA_SET_TABLE"))
-                sets.setdefault(key, []).append(
-                    (m.get_attr("NFTA_SET_NAME"), "NFT_SET_MAP" in flags)
-                )
-    except NetlinkError as exc:
-        if exc.code == 22:  # nfnetlink: subsystem not registered
-            raise Absent("kernel has no nf_tables") from exc
-        raise
-    out = []
-    for family, name in tables:
-        detailed = (family, name) in DETAILED
-        table_sets = tuple(
-            NftSet(s, is_map, _count_elements(family, name, s) if detailed else None)
-            for s, is_map in sets.get((family, name), [])
+    with NfTables() as nft:
+        try:
+            tables = [(_family(p), _text(attrs(p, 4).get(TABLE_NAME))) for p in nft.dump(GETTABLE)]
+        except NetlinkError as exc:
+            if exc.errno == errno.EINVAL:  # nfnetlink: subsystem not registered
+                raise Absent("kernel has no nf_tables") from exc
+            raise
+        chains = Counter(
+            (_family(p), _text(attrs(p, 4).get(CHAIN_TABLE))) for p in nft.dump(GETCHAIN)
         )
-        out.append(NftTable(family, name, chains[(family, name)], table_sets))
+        sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+        for p in nft.dump(GETSET):
+            a = attrs(p, 4)
+            flags = struct.unpack_from("!I", a[SET_FLAGS])[0] if SET_FLAGS in a else 0
+            if flags & SET_ANONYMOUS:
+                continue
+            key = (_family(p), _text(a.get(SET_TABLE)))
+            sets.setdefault(key, []).append((_text(a.get(SET_NAME)), bool(flags & SET_MAP)))
+        out = []
+        for family, name in tables:
+            detailed = (family, name) in DETAILED
+            table_sets = tuple(
+                NftSet(s, is_map, _elements(nft, family, name, s) if detailed else None)
+                for s, is_map in sets.get((family, name), [])
+            )
+            out.append(NftTable(family, name, chains[(family, name)], table_sets))
     return tuple(out)
+
+
+def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
+    # The element dump must go out with the table's own family, not NFPROTO_UNSPEC.
+    body = attr(ELEM_LIST_TABLE, table.encode() + b"\0") + attr(
+        ELEM_LIST_SET, name.encode() + b"\0"
+    )
+    total = 0
+    for p in nft.dump(GETSETELEM, _FAMILY_NUMBERS[family], body):
+        elements = attrs(p, 4).get(ELEM_LIST_ELEMENTS)
+        if elements is not None:
+            total += count_attrs(elements)
+    return total
 
 
 def read() -> Reading[tuple[NftTable, ...]]:

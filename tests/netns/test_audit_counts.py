@@ -144,3 +144,41 @@ def test_human_report_groups_and_ends_with_the_verdict(netns: Callable[[], str])
     assert lines[-1].startswith("LEFTOVERS: ")
     assert "ipvs-leftover (" in r.stdout and "kubelet (" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_nftables_mode_tables_match_the_nft_tool(netns: Callable[[], str]) -> None:
+    import json
+    import re
+
+    ns = netns()
+    build.build(ns, realistic_node(dual_stack=True, nftables_table=True))
+    tables = run_agent(ns, "audit", "--json").json["nftables_mode"]["tables"]
+    assert {(t["family"], t["table"]) for t in tables} == {
+        ("ip", "kube-proxy"),
+        ("ip6", "kube-proxy"),
+    }
+    for t in tables:
+        text = build.run(
+            ["ip", "netns", "exec", ns, "nft", "list", "table", t["family"], "kube-proxy"]
+        )
+        assert t["chains"] == len(re.findall(r"^\s+chain ", text, re.M))
+        for name, count in t["sets"].items():
+            doc = json.loads(
+                build.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "nft",
+                        "-j",
+                        "list",
+                        "set" if name in ("cluster-ips", "nodeport-ips") else "map",
+                        t["family"],
+                        "kube-proxy",
+                        name,
+                    ]
+                )
+            )
+            (obj,) = [o for o in doc["nftables"] if "set" in o or "map" in o]
+            assert count == len(next(iter(obj.values())).get("elem", [])), name

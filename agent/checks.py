@@ -1,0 +1,746 @@
+"""precheck and verify (SPEC §7): pure checks over a snapshot and its classification.
+
+No I/O, no clock: kube-proxy's configuration, the node-IP hints and the probe result are read by
+the caller (agent/readers/kube_proxy_config.py, agent/cli_checks.py) and passed in, `now` too.
+Every check says pass, warn or fail and carries the evidence that decided it. Something that
+could not be read is a warn (precheck) or a fail (verify) naming what — never a pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent import names
+from agent.classify import Classification, Owner, RuleRef, chain_owner
+from agent.readers.kube_proxy_config import KubeProxyConfig
+from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
+
+Status = Literal["pass", "warn", "fail"]
+SCHEMA = 1
+NFTABLES_MIN_KERNEL = (5, 13)
+LIST_LIMIT = 20  # objects listed in one check's evidence
+
+# Chains kube-proxy's iptables mode makes (pkg/proxy/iptables). nftables mode's start removes
+# them along with the ipvs-mode ones, so their references to KUBE-* chains are kube-proxy's own.
+IPTABLES_MODE_CHAINS = frozenset(
+    {"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-CANARY"}
+)
+IPTABLES_MODE_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SVL-")
+ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One TCP connect to a Service; target None when nothing was configured."""
+
+    target: str | None  # HOST:PORT
+    origin: str  # "--probe-address" or "KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT"
+    ok: bool
+    detail: str  # "connected in 0.003s" / "connection refused" / why there is no target
+
+
+@dataclass(frozen=True)
+class NodeIpHints:
+    """What says which node address is the primary one, strongest first."""
+
+    explicit: tuple[str, ...] = ()  # --node-ip
+    route_sources: dict[str, str] | None = None  # family -> default-route source address
+
+
+def _check(name: str, status: Status, *evidence: str) -> Check:
+    return Check(name, status, tuple(evidence))
+
+
+def _listed(items: list[str], limit: int = LIST_LIMIT) -> list[str]:
+    if len(items) <= limit:
+        return items
+    return items[:limit] + [f"... and {len(items) - limit} more"]
+
+
+def _family(address: str) -> str:
+    return "ipv6" if ipaddress.ip_address(address).version == 6 else "ipv4"
+
+
+def _bare(address: str) -> str:
+    return str(ipaddress.ip_address(address.split("/")[0]))
+
+
+# --- kernel ---------------------------------------------------------------------------------
+
+
+def kernel_version(release: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_kernel(snap: Snapshot) -> Check:
+    release = snap.kernel.data.release
+    version = kernel_version(release)
+    need = ".".join(map(str, NFTABLES_MIN_KERNEL))
+    if version is None:
+        return _check("kernel", "warn", f"cannot read a version from kernel release {release!r}")
+    if version >= NFTABLES_MIN_KERNEL:
+        return _check("kernel", "pass", f"kernel {release} >= {need}, nftables mode's minimum")
+    return _check(
+        "kernel",
+        "fail",
+        f"kernel {release} < {need}: kube-proxy refuses nftables mode on it; upgrade the kernel "
+        "first",
+    )
+
+
+# --- mode, and what the configuration pins --------------------------------------------------
+
+
+def _running_mode(snap: Snapshot) -> str | None:
+    pm = snap.kube_proxy.proxy_mode
+    return pm.data if pm.status == "ok" else None
+
+
+def check_kube_proxy_mode(snap: Snapshot) -> Check:
+    pm = snap.kube_proxy.proxy_mode
+    if pm.status != "ok" or pm.data is None:
+        return _check(
+            "kube-proxy-mode",
+            "warn",
+            f"could not check the mode kube-proxy runs: /proxyMode {pm.status}: {pm.error}",
+        )
+    note = {
+        "nftables": "already nftables mode; run verify",
+        "ipvs": "ipvs mode: the migration changes the data plane",
+        "iptables": "iptables mode: the migration changes the data plane",
+    }.get(pm.data, "not a Linux proxy mode")
+    return _check("kube-proxy-mode", "pass", f"/proxyMode answers {pm.data} ({note})")
+
+
+def _config_unknown(config: Reading[KubeProxyConfig | None]) -> str:
+    return f"kube-proxy's configuration could not be read: {config.error}"
+
+
+def _not_read(what: str) -> str:
+    return f"could not check {what}: kube-proxy's configuration was not read (see mode-pinned)"
+
+
+def check_mode_pinned(
+    snap: Snapshot, config: Reading[KubeProxyConfig | None]
+) -> tuple[Check, bool | None]:
+    """The check, and whether a mode is pinned (None when unknowable)."""
+    cfg = config.data
+    if config.status != "ok" or cfg is None:
+        evidence = [_config_unknown(config)]
+        if cfg is not None and cfg.ignored_flags:
+            evidence.append(f"kube-proxy's command line: {' '.join(cfg.cmdline)}")
+        return _check("mode-pinned", "warn", *evidence), None
+    evidence = [f"read from {cfg.origin}"]
+    if cfg.config_file:
+        evidence.append(f"configuration file {cfg.config_file}")
+    if cfg.ignored_flags:
+        evidence.append(f"flags ignored because --config is given: {', '.join(cfg.ignored_flags)}")
+    running = _running_mode(snap)
+    if not cfg.mode:
+        evidence.append(
+            "no mode pinned (mode is empty): kube-proxy picks its default (iptables on Linux); "
+            "pin mode: nftables so that a restart or an upgrade cannot change the data plane"
+        )
+        return _check("mode-pinned", "warn", *evidence), False
+    evidence.append(f"mode {cfg.mode} pinned by {cfg.origins.get('mode', 'the configuration')}")
+    if running is not None and running != cfg.mode:
+        evidence.append(
+            f"but /proxyMode answers {running}: the configuration changed and kube-proxy has not "
+            "restarted, or another configuration is in effect"
+        )
+        return _check("mode-pinned", "warn", *evidence), True
+    if cfg.mode != "nftables":
+        evidence.append("change it to nftables to migrate")
+    return _check("mode-pinned", "pass", *evidence), True
+
+
+# --- NodePort addresses ---------------------------------------------------------------------
+
+
+def primary_node_ips(
+    snap: Snapshot, config: KubeProxyConfig | None, hints: NodeIpHints
+) -> tuple[dict[str, str], list[str]]:
+    """family -> primary node IP, and how each was found (or why one could not be)."""
+    node = [_bare(a) for a in snap.links.data.node_addresses]
+    by_family: dict[str, list[str]] = {}
+    for a in node:
+        by_family.setdefault(_family(a), []).append(a)
+    primary: dict[str, str] = {}
+    how: list[str] = []
+    for a in hints.explicit:
+        primary.setdefault(_family(a), _bare(a))
+    for fam, a in sorted(primary.items()):
+        how.append(f"primary {fam} {a} from --node-ip")
+    bind = config.bind_address if config else None
+    if bind:
+        try:
+            ip = ipaddress.ip_address(bind)
+        except ValueError:
+            ip = None
+        if ip is not None and not ip.is_unspecified and _family(bind) not in primary:
+            primary[_family(bind)] = str(ip)
+            how.append(f"primary {_family(bind)} {ip} from kube-proxy's bindAddress")
+    for fam, src in sorted((hints.route_sources or {}).items()):
+        if fam not in primary and _bare(src) in node:
+            primary[fam] = _bare(src)
+            how.append(f"primary {fam} {_bare(src)}: source address of the default route")
+    for fam, addrs in sorted(by_family.items()):
+        if fam in primary:
+            continue
+        if len(addrs) == 1:
+            primary[fam] = addrs[0]
+            how.append(f"primary {fam} {addrs[0]}: the node's only {fam} address")
+        else:
+            how.append(
+                f"cannot tell the primary {fam} address among {', '.join(addrs)} (no default "
+                "route, no bindAddress): pass --node-ip"
+            )
+    return primary, how
+
+
+def check_nodeport_addresses(
+    snap: Snapshot, config: Reading[KubeProxyConfig | None], hints: NodeIpHints
+) -> Check:
+    name = "nodeport-addresses"
+    if snap.links.status == "error":
+        return _check(name, "warn", f"could not read the node's addresses: {snap.links.error}")
+    cfg = config.data if config.status == "ok" else None
+    npa = cfg.node_port_addresses if cfg else None
+    node = [_bare(a) for a in snap.links.data.node_addresses]
+    loopback = (
+        "NodePorts on loopback (127.0.0.1, ::1) are never served in nftables mode; see "
+        "localhost-nodeports"
+    )
+    if npa and list(npa) != ["primary"]:
+        origin = cfg.origins.get("node_port_addresses", "") if cfg else ""
+        nets = []
+        for c in npa:
+            try:
+                nets.append(ipaddress.ip_network(c, strict=False))
+            except ValueError:
+                continue
+        served = [a for a in node if any(ipaddress.ip_address(a) in n for n in nets)]
+        return _check(
+            name,
+            "pass",
+            f"nodePortAddresses {', '.join(npa)} ({origin}): nftables mode serves NodePorts on "
+            "the same addresses",
+            f"node addresses inside: {', '.join(served) or 'none'}",
+            loopback,
+        )
+    primary, how = primary_node_ips(snap, cfg, hints)
+    evidence: list[str] = []
+    status: Status = "pass"
+    if cfg is None:
+        status = "warn"
+        evidence.append(_not_read("nodePortAddresses"))
+        evidence.append("assuming it is unset, nftables mode's default (primary) applies:")
+    else:
+        where = cfg.origins.get("node_port_addresses", "not set")
+        evidence.append(
+            f"nodePortAddresses {', '.join(npa or ()) or 'unset'} ({where}): nftables mode "
+            "serves NodePorts on the primary node IP(s) only"
+        )
+    evidence += how
+    unknown = [
+        fam for fam in {_family(a) for a in node} if fam not in primary
+    ]  # families whose primary could not be told
+    secondary = [a for a in node if primary.get(_family(a)) not in (None, a)]
+    if unknown:
+        status = "warn"
+    if secondary:
+        status = "warn"
+        evidence.append(
+            "NodePorts stop answering on the secondary address(es) "
+            f"{', '.join(_listed(secondary))}; set nodePortAddresses to keep them"
+        )
+    elif primary:
+        evidence.append(f"NodePorts keep answering on {', '.join(sorted(primary.values()))}")
+    evidence.append(loopback)
+    return _check(name, status, *evidence)
+
+
+# --- kube-proxy's counters ------------------------------------------------------------------
+
+
+def _counter_check(
+    snap: Snapshot, name: str, metric: str, value: float | None, seen: str, after: str
+) -> Check:
+    m = snap.kube_proxy.metrics
+    if m.status != "ok" or m.data is None:
+        return _check(
+            name, "warn", f"could not check {metric}: kube-proxy /metrics {m.status}: {m.error}"
+        )
+    mode = _running_mode(snap)
+    if value is None:
+        if mode in ("ipvs", "nftables"):
+            return _check(
+                name,
+                "pass",
+                f"{metric} not exported: kube-proxy runs {mode} mode, where no rule counts them",
+            )
+        return _check(
+            name,
+            "warn",
+            f"{metric} absent from kube-proxy's /metrics (mode {mode or 'unknown'}): cannot tell "
+            f"whether {seen}",
+        )
+    if value > 0:
+        return _check(name, "warn", f"{metric} = {value:g}: {seen} ({after})")
+    return _check(name, "pass", f"{metric} = 0 since kube-proxy started")
+
+
+def check_localhost_nodeports(snap: Snapshot) -> Check:
+    m = snap.kube_proxy.metrics.data
+    return _counter_check(
+        snap,
+        "localhost-nodeports",
+        "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+        m.localhost_nodeport_packets if m else None,
+        "clients reach NodePorts on 127.0.0.1",
+        "nftables mode never serves NodePorts on loopback: those clients break",
+    )
+
+
+def check_conntrack_invalid(snap: Snapshot) -> Check:
+    m = snap.kube_proxy.metrics.data
+    return _counter_check(
+        snap,
+        "conntrack-invalid",
+        "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+        m.ct_state_invalid_dropped if m else None,
+        "iptables mode drops packets conntrack marks INVALID",
+        "nftables mode has no such drop rule: expect them to reach pods and hosts, e.g. as "
+        "spurious resets",
+    )
+
+
+# --- foreign references to KUBE-* chains and sets -------------------------------------------
+
+
+def _kube_proxy_chain(table: str, chain: str) -> bool:
+    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it."""
+    if chain_owner(table, chain)[0] is Owner.IPVS_LEFTOVER:
+        return True
+    return chain in IPTABLES_MODE_CHAINS or chain.startswith(IPTABLES_MODE_PREFIXES)
+
+
+def _key(t: IptTable) -> tuple[str, str, str]:
+    return (t.backend, t.family, t.name)
+
+
+def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
+    """Rules outside kube-proxy's and the kubelet's chains that jump to a KUBE-* chain or match
+    a KUBE-* set, in both backends; each as `backend/family/table -A CHAIN RULE (why)`."""
+    own_jumps = {
+        (_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text)
+        for f in c.findings
+        if isinstance(f.obj, RuleRef) and f.owner in (Owner.IPVS_LEFTOVER, Owner.KUBELET)
+    }
+    out: list[str] = []
+    tables: list[IptTable] = [*snap.iptables_legacy.data, *snap.iptables_nft.data]
+    for t in tables:
+        for chain in t.chains:
+            if not chain.builtin and (
+                _kube_proxy_chain(t.name, chain.name)
+                or chain_owner(t.name, chain.name)[0] is Owner.KUBELET
+            ):
+                continue
+            for rule in chain.rules:
+                why: list[str] = []
+                target = rule.target or ""
+                if (
+                    target.startswith("KUBE-")
+                    and chain_owner(t.name, target)[0] is not Owner.KUBELET
+                    and (_key(t), rule.chain, rule.text) not in own_jumps
+                    and not (chain.builtin and _iptables_mode_jump(t.name, target, rule.comment))
+                ):
+                    why.append(f"jumps to {target}")
+                why += [f"matches set {s}" for s in rule.match_sets if s.startswith("KUBE-")]
+                if why:
+                    where = f"{t.backend}/{t.family}/{t.name}"
+                    out.append(f"{where} -A {chain.name} {rule.text} ({'; '.join(why)})")
+    return out
+
+
+def _iptables_mode_jump(table: str, target: str, comment: str | None) -> bool:
+    # iptables mode's own jumps from built-in chains carry a "kubernetes ..." comment
+    return (
+        comment is not None
+        and comment.startswith("kubernetes ")
+        and (target in IPTABLES_MODE_CHAINS or target.startswith(IPTABLES_MODE_PREFIXES))
+    )
+
+
+def check_foreign_references(snap: Snapshot, c: Classification) -> tuple[Check, int | None]:
+    name = "foreign-references"
+    errors = [
+        f"could not read {n}: {r.error}"
+        for n, r in (("iptables_legacy", snap.iptables_legacy), ("iptables_nft", snap.iptables_nft))
+        if r.status == "error"
+    ]
+    refs = foreign_references(snap, c)
+    if refs:
+        return (
+            _check(
+                name,
+                "fail",
+                f"{len(refs)} rule(s) outside kube-proxy's chains reference KUBE-* chains or sets; "
+                "they break silently when nftables mode removes them:",
+                *_listed(refs),
+                *errors,
+            ),
+            len(refs),
+        )
+    if errors:
+        return _check(name, "warn", *errors), None
+    n = sum(
+        len(ch.rules)
+        for t in (*snap.iptables_legacy.data, *snap.iptables_nft.data)
+        for ch in t.chains
+    )
+    return (
+        _check(
+            name,
+            "pass",
+            f"no rule outside kube-proxy's chains references KUBE-* ({n} rules "
+            "read in both backends)",
+        ),
+        0,
+    )
+
+
+# --- IPVS -----------------------------------------------------------------------------------
+
+
+def check_foreign_ipvs(snap: Snapshot, c: Classification) -> Check:
+    name = "foreign-ipvs-services"
+    r = snap.ipvs
+    if r.status == "error":
+        return _check(name, "warn", f"could not read IPVS: {r.error}")
+    if r.status == "absent":
+        return _check(name, "pass", "ip_vs is not loaded: no IPVS service to flush")
+    foreign = [f for f in c.owned_by(Owner.FOREIGN, "ipvs-service")]
+    if not foreign:
+        return _check(
+            name, "pass", f"{len(r.data)} IPVS service(s), all kube-proxy's; none foreign"
+        )
+    rows = [
+        f"{f.name} ({len(f.obj.dests)} real servers)" if isinstance(f.obj, IpvsService) else f.name
+        for f in foreign
+    ]
+    return _check(
+        name,
+        "fail",
+        f"{len(foreign)} IPVS service(s) not kube-proxy's (keepalived, kube-vip, LVS ...): "
+        "kube-proxy flushes every IPVS service at each nftables-mode start; move them first",
+        *_listed(rows),
+    )
+
+
+def _kube_schedulers(c: Classification) -> str | None:
+    counts = Counter(
+        f.obj.scheduler
+        for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipvs-service")
+        if isinstance(f.obj, IpvsService)
+    )
+    if not counts:
+        return None
+    return "kube-proxy's IPVS services use " + ", ".join(
+        f"{s} ({n})" for s, n in sorted(counts.items())
+    )
+
+
+def check_ipvs_scheduler(
+    snap: Snapshot, c: Classification, config: Reading[KubeProxyConfig | None]
+) -> Check:
+    name = "ipvs-scheduler"
+    live = _kube_schedulers(c)
+    cfg = config.data if config.status == "ok" else None
+    if cfg is None:
+        return _check(
+            name,
+            "warn",
+            _not_read("ipvs.scheduler"),
+            *([live] if live else []),
+        )
+    evidence = [live] if live else []
+    if cfg.ipvs_scheduler:
+        return _check(
+            name,
+            "warn",
+            f"ipvs.scheduler {cfg.ipvs_scheduler} ({cfg.origins.get('ipvs_scheduler', '')}) "
+            "becomes dead configuration: nftables mode has no schedulers (it picks endpoints "
+            "at random); remove it",
+            *evidence,
+        )
+    return _check(name, "pass", "ipvs.scheduler not set", *evidence)
+
+
+def check_strict_arp(snap: Snapshot, config: Reading[KubeProxyConfig | None]) -> Check:
+    name = "strict-arp"
+    sysctls = snap.kernel.data.sysctls
+    evidence: list[str] = []
+    status: Status = "pass"
+    set_now = [f"{k}={sysctls[k]}" for k, v in ARP_SYSCTLS.items() if sysctls.get(k) == v]
+    cfg = config.data if config.status == "ok" else None
+    if cfg is None:
+        status = "warn"
+        evidence.append(_not_read("ipvs.strictARP"))
+    elif cfg.ipvs_strict_arp:
+        status = "warn"
+        evidence.append(
+            f"ipvs.strictARP true ({cfg.origins.get('ipvs_strict_arp', '')}) becomes dead "
+            "configuration in nftables mode; remove it"
+        )
+    else:
+        evidence.append("ipvs.strictARP not set")
+    if set_now:
+        status = "warn"
+        evidence.append(
+            f"{' '.join(set_now)} (strictARP's values) stay after the migration: no kube-proxy "
+            "mode resets them; keep them if MetalLB/kube-vip L2 needs them, else "
+            "cleanup --reset-arp-sysctls"
+        )
+    else:
+        shown = [f"{k}={sysctls.get(k, '?')}" for k in ARP_SYSCTLS]
+        evidence.append(f"{' '.join(shown)}: not strictARP's values")
+    return _check(name, status, *evidence)
+
+
+# --- precheck -------------------------------------------------------------------------------
+
+
+def precheck(
+    snap: Snapshot,
+    c: Classification,
+    config: Reading[KubeProxyConfig | None],
+    hints: NodeIpHints | None = None,
+) -> list[Check]:
+    """Can this node move to nftables mode, and what will change (SPEC §7)."""
+    hints = hints or NodeIpHints()
+    return [
+        check_kernel(snap),
+        check_kube_proxy_mode(snap),
+        check_mode_pinned(snap, config)[0],
+        check_nodeport_addresses(snap, config, hints),
+        check_localhost_nodeports(snap),
+        check_conntrack_invalid(snap),
+        check_foreign_references(snap, c)[0],
+        check_foreign_ipvs(snap, c),
+        check_ipvs_scheduler(snap, c, config),
+        check_strict_arp(snap, config),
+    ]
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def active_families(snap: Snapshot) -> list[str]:
+    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric, else IPv4."""
+    health = snap.kube_proxy.healthz.data
+    if health is not None and health.families:
+        return sorted(health.families)
+    metrics = snap.kube_proxy.metrics.data
+    if metrics is not None and any(metrics.last_sync):
+        return sorted(f for f in metrics.last_sync if f)
+    return ["IPv4"]
+
+
+def check_nftables_mode(snap: Snapshot) -> Check:
+    kp = snap.kube_proxy
+    ok: list[str] = []
+    bad: list[str] = []
+    if kp.proxy_mode.status != "ok":
+        bad.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
+    elif kp.proxy_mode.data == "nftables":
+        ok.append("/proxyMode answers nftables")
+    else:
+        bad.append(f"/proxyMode answers {kp.proxy_mode.data}, not nftables")
+    m = kp.metrics
+    if m.status != "ok" or m.data is None:
+        bad.append(f"/metrics {m.status}: {m.error}")
+    elif m.data.nftables_series:
+        ok.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
+    else:
+        bad.append("/metrics has no kubeproxy_sync_proxy_rules_nftables_* series")
+    if snap.nftables.status != "ok":
+        bad.append(f"could not read nftables: {snap.nftables.status} {snap.nftables.error or ''}")
+    else:
+        tables = {(t.family, t.name) for t in snap.nftables.data}
+        for fam in active_families(snap):
+            nft_fam = "ip6" if fam == "IPv6" else "ip"
+            if (nft_fam, "kube-proxy") in tables:
+                ok.append(f"nftables table {nft_fam} kube-proxy exists ({fam})")
+            else:
+                bad.append(f"no nftables table {nft_fam} kube-proxy for active family {fam}")
+    return _check("nftables-mode", "fail" if bad else "pass", *bad, *ok)
+
+
+_KERNEL_SOURCES = ("ipvs", "ipsets", "iptables_legacy", "iptables_nft", "nftables", "links")
+
+
+def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
+    errors = [
+        f"could not read {n}: {r.error}"
+        for n, r in snap.sources().items()
+        if n in _KERNEL_SOURCES and r.status == "error"
+    ]
+    left = c.leftovers
+    if not left and not errors:
+        return _check("no-leftovers", "pass", "no ipvs-mode object on the node")
+    counts = Counter(f.kind for f in left)
+    evidence = list(errors)
+    if left:
+        evidence.append(
+            f"{len(left)} ipvs-mode object(s) remain: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+            + " (ipvs-leftovers cleanup removes them)"
+        )
+        evidence += _listed([f"{f.kind} {f.name}" for f in left], 10)
+    return _check("no-leftovers", "fail", *evidence)
+
+
+def check_kube_ipvs0_gone(snap: Snapshot) -> Check:
+    if snap.links.status == "error":
+        return _check("kube-ipvs0-gone", "fail", f"could not read links: {snap.links.error}")
+    link = snap.links.data.kube_ipvs0
+    if link is None:
+        return _check("kube-ipvs0-gone", "pass", f"no link {names.KUBE_IPVS0}")
+    return _check(
+        "kube-ipvs0-gone",
+        "fail",
+        f"{link.name} exists (kind {link.kind}, {'up' if link.up else 'down'}) with "
+        f"{len(link.addresses)} addresses: the node still claims those Service IPs",
+    )
+
+
+def check_nftables_sync(snap: Snapshot, now: float, max_sync_age: float) -> Check:
+    kp = snap.kube_proxy
+    ok: list[str] = []
+    bad: list[str] = []
+    families = active_families(snap)
+    m = kp.metrics
+    if m.status != "ok" or m.data is None:
+        bad.append(f"/metrics {m.status}: {m.error}")
+    else:
+        failures = m.data.nftables_sync_failures
+        if failures is None:
+            bad.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total is absent")
+        elif failures > 0:
+            bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
+        else:
+            ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
+        ref = kp.read_at or now
+        stamps = m.data.last_sync
+        for fam in families:
+            stamp = stamps.get(fam, stamps.get(""))
+            if stamp is None:
+                bad.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
+            elif ref - stamp > max_sync_age:
+                bad.append(f"last sync {fam} {ref - stamp:.0f}s ago, over {max_sync_age:g}s")
+            else:
+                ok.append(f"last sync {fam} {ref - stamp:.0f}s ago (within {max_sync_age:g}s)")
+    h = kp.healthz
+    if h.status != "ok" or h.data is None:
+        bad.append(f"/healthz {h.status}: {h.error}")
+    elif not h.data.healthy:
+        bad.append(f"/healthz answers HTTP {h.data.http_status}: unhealthy")
+    else:
+        ok.append(f"/healthz answers HTTP {h.data.http_status}: healthy")
+    return _check("nftables-sync", "fail" if bad else "pass", *bad, *ok)
+
+
+def check_probe(probe: ProbeResult) -> Check:
+    if probe.target is None:
+        return _check("service-probe", "fail", probe.detail)
+    status: Status = "pass" if probe.ok else "fail"
+    return _check(
+        "service-probe", status, f"TCP connect to {probe.target} ({probe.origin}): {probe.detail}"
+    )
+
+
+def verify(
+    snap: Snapshot, c: Classification, probe: ProbeResult, now: float, max_sync_age: float
+) -> list[Check]:
+    """After the migration: is this node clean and is the new data plane working (SPEC §7)."""
+    return [
+        check_nftables_mode(snap),
+        check_no_leftovers(snap, c),
+        check_kube_ipvs0_gone(snap),
+        check_nftables_sync(snap, now, max_sync_age),
+        check_probe(probe),
+    ]
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def ready(checks: list[Check]) -> bool:
+    return all(ch.status == "pass" for ch in checks)
+
+
+def document(command: str, checks: list[Check]) -> dict[str, Any]:
+    """The stable `precheck --json` / `verify --json` document (docs/precheck-verify.md)."""
+    counts = Counter(ch.status for ch in checks)
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "ok": ready(checks),
+        "summary": {s: counts.get(s, 0) for s in ("pass", "warn", "fail")},
+        "checks": [
+            {"name": ch.name, "status": ch.status, "evidence": list(ch.evidence)} for ch in checks
+        ],
+    }
+
+
+def render(command: str, checks: list[Check]) -> str:
+    width = max(len(ch.name) for ch in checks)
+    lines = []
+    for ch in checks:
+        first, *rest = ch.evidence or ("",)
+        lines.append(f"{ch.status.upper():4}  {ch.name:{width}}  {first}")
+        lines += [f"{'':4}  {'':{width}}  {e}" for e in rest]
+    counts = Counter(ch.status for ch in checks)
+    tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['pass']} pass"
+    if command == "precheck":
+        verdict = "READY" if ready(checks) else "NOT READY"
+    else:
+        verdict = "OK" if ready(checks) else "FAILED"
+    lines.append(f"{verdict}: {tally}")
+    return "\n".join(lines)
+
+
+# --- readiness metrics for serve ------------------------------------------------------------
+
+
+def readiness_metrics(
+    snap: Snapshot, c: Classification, config: Reading[KubeProxyConfig | None]
+) -> dict[str, float]:
+    """Gauges for `serve` (SPEC §7 readiness); a value that cannot be known is left out."""
+    out: dict[str, float] = {}
+    version = kernel_version(snap.kernel.data.release)
+    if version is not None:
+        out["ipvs_leftovers_nftables_kernel_ready"] = float(version >= NFTABLES_MIN_KERNEL)
+    pinned = check_mode_pinned(snap, config)[1]
+    if pinned is not None:
+        out["ipvs_leftovers_kube_proxy_mode_pinned"] = float(pinned)
+    refs = check_foreign_references(snap, c)[1]
+    if refs is not None:
+        out["ipvs_leftovers_foreign_references"] = float(refs)
+    m = snap.kube_proxy.metrics.data
+    if m is not None and m.localhost_nodeport_packets is not None:
+        out["ipvs_leftovers_localhost_nodeport_packets"] = m.localhost_nodeport_packets
+    return out

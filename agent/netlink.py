@@ -1,0 +1,149 @@
+"""A minimal generic-netlink client, for dumps on the scrape's hot path.
+
+pyroute2 costs about 1 ms of Python per request (measured: 1,000 `link get` took 1.3 s), and
+IPVS needs one destination dump per virtual server, so 10,000 Services cost 10 s a scrape
+through it. Here a request is a struct.pack and a dump is a loop over struct.unpack_from.
+Only reads live here; changes still go through pyroute2.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from typing import Self
+
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+GENL_ID_CTRL = 0x10
+CTRL_CMD_GETFAMILY = 3
+CTRL_ATTR_FAMILY_ID = 1
+CTRL_ATTR_FAMILY_NAME = 2
+NLA_F_NESTED = 0x8000
+_NLMSG = struct.Struct("=IHHII")
+_NLA = struct.Struct("=HH")
+_RECV = 1 << 20
+
+
+def attr(kind: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    length = _NLA.size + len(payload)
+    return _NLA.pack(length, kind) + payload + b"\0" * (-length % 4)
+
+
+def attrs(data: bytes | memoryview, offset: int = 0) -> dict[int, memoryview]:
+    """The attributes in `data` from `offset`, by type (nested flag cleared)."""
+    out: dict[int, memoryview] = {}
+    view = memoryview(data)
+    end = len(view)
+    while offset + _NLA.size <= end:
+        length, kind = _NLA.unpack_from(view, offset)
+        if length < _NLA.size:
+            break
+        out[kind & ~NLA_F_NESTED] = view[offset + _NLA.size : offset + length]
+        offset += (length + 3) & ~3
+    return out
+
+
+class NetlinkError(OSError):
+    pass
+
+
+class NetlinkSocket:
+    """One netlink socket of one protocol, used from one thread."""
+
+    def __init__(self, protocol: int) -> None:
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
+        self._sock.bind((0, 0))
+        self._seq = 0
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def raw_request(self, msg_type: int, payload: bytes, dump: bool = True) -> Iterator[memoryview]:
+        """Send one request; yield each answer's payload (after the netlink header)."""
+        self._seq += 1
+        flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
+        self._sock.send(
+            _NLMSG.pack(_NLMSG.size + len(payload), msg_type, flags, self._seq, 0) + payload
+        )
+        while True:
+            data = memoryview(self._sock.recv(_RECV))
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, kind, _, seq, _ = _NLMSG.unpack_from(data, offset)
+                body = data[offset + _NLMSG.size : offset + length]
+                offset += (length + 3) & ~3
+                if seq != self._seq:
+                    continue
+                if kind == NLMSG_DONE:
+                    return
+                if kind == NLMSG_ERROR:
+                    code = -struct.unpack_from("=i", body)[0]
+                    if code == 0:  # the ACK of a non-dump request
+                        return
+                    raise NetlinkError(code, os.strerror(code))
+                yield body
+
+
+class GenericNetlink(NetlinkSocket):
+    """A NETLINK_GENERIC socket bound to one family."""
+
+    def __init__(self, family: str) -> None:
+        super().__init__(16)  # NETLINK_GENERIC
+        try:
+            self.family_id = self._resolve(family)
+        except BaseException:
+            self.close()
+            raise
+
+    def _resolve(self, name: str) -> int:
+        request = attr(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0")
+        for payload in self.request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, 1, request, dump=False):
+            found = attrs(payload, 4).get(CTRL_ATTR_FAMILY_ID)
+            if found is not None:
+                return int(struct.unpack_from("=H", found)[0])
+        raise NetlinkError(errno.ENOENT, f"generic netlink family {name} not found")
+
+    def request(
+        self, msg_type: int, cmd: int, version: int, body: bytes, dump: bool = True
+    ) -> Iterator[memoryview]:
+        """Yield each answer's payload, the 4-byte genl header included."""
+        return self.raw_request(msg_type, struct.pack("=BBH", cmd, version, 0) + body, dump)
+
+
+class NfTables(NetlinkSocket):
+    """A NETLINK_NETFILTER socket speaking to the nf_tables subsystem."""
+
+    SUBSYS = 10  # NFNL_SUBSYS_NFTABLES
+
+    def __init__(self) -> None:
+        super().__init__(12)  # NETLINK_NETFILTER
+
+    def dump(self, msg: int, family: int = 0, body: bytes = b"") -> Iterator[memoryview]:
+        """Yield each answer's payload, the 4-byte nfgenmsg header included."""
+        header = struct.pack("=BBH", family, 0, 0)
+        return self.raw_request((self.SUBSYS << 8) | msg, header + body)
+
+
+def count_attrs(data: memoryview) -> int:
+    """How many attributes `data` holds, without looking inside them."""
+    n = offset = 0
+    while offset + _NLA.size <= len(data):
+        length = _NLA.unpack_from(data, offset)[0]
+        if length < _NLA.size:
+            break
+        n += 1
+        offset += (length + 3) & ~3
+    return n
