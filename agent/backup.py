@@ -106,6 +106,7 @@ def write_bundle(base: Path, plan: Plan) -> Path:
         link = links[0]
         doc = {
             "name": link.name,
+            "index": link.index,
             "kind": link.kind,
             "up": link.up,
             "addresses": list(link.addresses),

@@ -248,11 +248,12 @@ def check_nodeport_addresses(
         evidence.append(_not_read("nodePortAddresses"))
         evidence.append("assuming it is unset, nftables mode's default (primary) applies:")
     else:
-        where = cfg.origins.get("node_port_addresses", "not set")
-        evidence.append(
-            f"nodePortAddresses {', '.join(npa or ()) or 'unset'} ({where}): nftables mode "
-            "serves NodePorts on the primary node IP(s) only"
-        )
+        if npa is None:
+            setting = "nodePortAddresses not set"
+        else:
+            shown = ", ".join(npa) or "empty"
+            setting = f"nodePortAddresses {shown} ({cfg.origins.get('node_port_addresses', '')})"
+        evidence.append(f"{setting}: nftables mode serves NodePorts on the primary node IP(s) only")
     evidence += how
     unknown = [
         fam for fam in {_family(a) for a in node} if fam not in primary

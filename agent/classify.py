@@ -84,10 +84,25 @@ def _addr(text: str) -> str:
     return str(ipaddress.ip_address(text.split("/")[0]))
 
 
-def needs_set_entries(services: Iterable[IpvsService], links: Links) -> bool:
-    """True when some virtual server can only be attributed through ipset members."""
+def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> frozenset[str]:
+    """The ipsets whose members can attribute a virtual server not bound on kube-ipvs0.
+
+    Only those sets are decoded: a NodePort on a node address needs the small bitmap sets of
+    its protocol, anything else the `IP,proto:port` sets.
+    """
     bound = {_addr(a) for a in links.kube_ipvs0.addresses} if links.kube_ipvs0 else set()
-    return any(s.address is None or _addr(s.address) not in bound for s in services)
+    node = {_addr(a) for a in links.node_addresses}
+    needed: set[str] = set()
+    for s in services:
+        if s.address is None:
+            continue  # fwmark services are never kube-proxy's
+        addr = _addr(s.address)
+        if addr in bound:
+            continue
+        if addr in node:
+            needed |= names.NODE_PORT_SETS.get(s.protocol, frozenset())
+        needed |= names.VIP_PORT_SETS if addr not in node or s.protocol == "SCTP" else set()
+    return frozenset(needed)
 
 
 def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> list[str]:

@@ -94,13 +94,18 @@ MAX_SYNC_AGE = click.option(
 )
 
 
-def _collection(opts: Options, max_sync_age: float) -> Collection:
+def _collection(opts: Options, max_sync_age: float, config: bool = False) -> Collection:
     from agent.classify import classify
     from agent.collect import collect
+    from agent.readers import kube_proxy_config
 
     start = time.perf_counter()
     snap = collect(opts)
-    return Collection(snap, classify(snap, time.time(), max_sync_age), time.perf_counter() - start)
+    result = classify(snap, time.time(), max_sync_age)
+    if not config:
+        return Collection(snap, result, time.perf_counter() - start)
+    cfg = kube_proxy_config.read(None)
+    return Collection(snap, result, time.perf_counter() - start, cfg)
 
 
 @main.command()
@@ -277,7 +282,7 @@ def serve(
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
     opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout)
-    shared = SharedCollection(lambda: _collection(opts, max_sync_age), min_interval)
+    shared = SharedCollection(lambda: _collection(opts, max_sync_age, config=True), min_interval)
     auto = None
     if auto_cleanup:
         from pathlib import Path
@@ -424,10 +429,14 @@ def restore(bundle: str) -> None:
     click.echo(f"restored {bundle}")
 
 
+def _register() -> None:
+    from agent.cli_checks import precheck, verify
+
+    main.add_command(precheck)
+    main.add_command(verify)
+
+
+_register()
+
 if __name__ == "__main__":  # pragma: no cover
     main()
-
-from agent.cli_checks import precheck, verify  # noqa: E402
-
-main.add_command(precheck)
-main.add_command(verify)

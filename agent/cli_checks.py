@@ -67,8 +67,8 @@ def _target(probe_address: str | None) -> tuple[str | None, str]:
     origin = f"{ENV_HOST}/{ENV_PORT}"
     if not host or not port:
         return None, (
-            f"no probe target: {ENV_HOST}/{ENV_PORT} are not set (the agent runs outside a pod, "
-            "or without service links) and no --probe-address HOST:PORT was given"
+            f"no probe target: {ENV_HOST}/{ENV_PORT} are not set (the agent runs outside a pod) "
+            "and no --probe-address HOST:PORT was given"
         )
     return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), origin
 

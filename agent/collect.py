@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from agent import names
-from agent.classify import needs_set_entries
+from agent.classify import evidence_sets_needed
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
 from agent.readers._timing import bounded
 from agent.snapshot import IpvsService, KubeProxy, Links, Reading, Snapshot
@@ -32,11 +31,7 @@ def collect(opts: Options) -> Snapshot:
     ipvs_reading = run("ipvs", ipvs.read, no_services)
     links_reading = run("links", links.read, Links(kube_ipvs0=None))
     # Set members are decoded only when a virtual server cannot be attributed without them.
-    wanted = (
-        names.EVIDENCE_SETS
-        if needs_set_entries(ipvs_reading.data, links_reading.data)
-        else frozenset()
-    )
+    wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)
     return Snapshot(
         ipvs=ipvs_reading,
         ipsets=run("ipsets", lambda: ipsets.read(wanted), ()),

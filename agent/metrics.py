@@ -12,20 +12,27 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from agent import __version__
+from agent.checks import readiness_metrics
 from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
 from agent.kernel import SUBSYSTEMS
-from agent.snapshot import Ipset, IpvsService, Snapshot
+from agent.readers.kube_proxy_config import KubeProxyConfig
+from agent.snapshot import Ipset, IpvsService, Reading, Snapshot
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)
 MODES = ("ipvs", "iptables", "nftables", "unknown")
 # the reader that proves a subsystem is loaded on a kernel without module support
+READINESS_DOCS = {
+    "kube_proxy_mode_pinned": "1 when kube-proxy's configuration pins a proxy mode (precheck)",
+    "foreign_references": "Rules outside kube-proxy's chains that use KUBE-* chains or sets",
+    "localhost_nodeport_packets": "kube-proxy's localhost NodePort packet counter (iptables mode)",
+}
 _READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
 
 
@@ -34,6 +41,10 @@ class Collection:
     snapshot: Snapshot
     classification: Classification
     seconds: float
+    # kube-proxy's own configuration, for the readiness gauges (absent when not read)
+    config: Reading[KubeProxyConfig | None] = field(
+        default_factory=lambda: Reading("absent", None, "not read")
+    )
 
 
 def kernel_ready(release: str) -> bool:
@@ -132,6 +143,10 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
             known = sources[_READER_OF[name]].status == "ok"
         g.add_metric([name], 1 if known else 0)
     yield g
+    readiness = readiness_metrics(snap, c, col.config)
+    for name, doc in READINESS_DOCS.items():
+        if PREFIX + name in readiness:  # a value that cannot be known is left out
+            yield _value(name, doc, readiness[PREFIX + name])
     info = InfoMetricFamily(PREFIX + "build", "The agent's version")
     info.add_metric([], {"version": __version__})
     yield info

@@ -73,7 +73,6 @@ NODE_PORT_SETS: dict[str, frozenset[str]] = {
         "SCTP": ("KUBE-NODE-PORT-SCTP", "KUBE-NODE-PORT-LOCAL-SCTP"),
     }.items()
 }
-EVIDENCE_SETS = VIP_PORT_SETS | frozenset().union(*NODE_PORT_SETS.values())
 
 # §2.1: the 11 chains of the current ipvs proxier, by table.
 IPVS_CHAINS: dict[str, frozenset[str]] = {

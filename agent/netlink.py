@@ -147,3 +147,21 @@ def count_attrs(data: memoryview) -> int:
         n += 1
         offset += (length + 3) & ~3
     return n
+
+
+class RtNetlink(NetlinkSocket):
+    """A NETLINK_ROUTE socket for link and address dumps."""
+
+    RTM_GETLINK = 18
+    RTM_GETADDR = 22
+
+    def __init__(self) -> None:
+        super().__init__(0)  # NETLINK_ROUTE
+
+    def links(self) -> Iterator[memoryview]:
+        """Each link's ifinfomsg (16 bytes) and attributes."""
+        return self.raw_request(self.RTM_GETLINK, struct.pack("=BxHiII", 0, 0, 0, 0, 0))
+
+    def addresses(self) -> Iterator[memoryview]:
+        """Each address's ifaddrmsg (8 bytes) and attributes."""
+        return self.raw_request(self.RTM_GETADDR, struct.pack("=BBBBI", 0, 0, 0, 0, 0))

@@ -13,7 +13,7 @@ class BundleError(ValueError):
     """The folder is not a bundle written by `cleanup --apply`."""
 
 
-def _link(doc: dict[str, object]) -> None:
+def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
@@ -23,7 +23,8 @@ def _link(doc: dict[str, object]) -> None:
             kind = str(doc.get("kind") or "dummy")
             try:  # the old interface index, so that the node is as it was
                 ipr.link("add", ifname=name, kind=kind, index=int(doc["index"]))  # type: ignore[call-overload]
-            except (KeyError, NetlinkError):
+            except (KeyError, NetlinkError) as exc:
+                say(f"kube-ipvs0 gets a new interface index ({exc})")
                 ipr.link("add", ifname=name, kind=kind)
         index = ipr.link_lookup(ifname=name)[0]
         present = {
@@ -45,7 +46,7 @@ def restore(folder: Path, say: Callable[[str], None]) -> None:
         tools.run(["ipset", "restore", "-exist"], stdin=(folder / "ipset.save").read_text())
         say("restored ipsets")
     if (folder / "kube-ipvs0.json").exists():
-        _link(json.loads((folder / "kube-ipvs0.json").read_text()))
+        _link(json.loads((folder / "kube-ipvs0.json").read_text()), say)
         say("restored kube-ipvs0")
     for path in sorted(folder.glob("iptables-*-*.restore")):
         _, backend, family = path.stem.split("-")

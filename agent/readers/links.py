@@ -1,53 +1,62 @@
-"""kube-ipvs0 and the node's own addresses, over rtnetlink (pyroute2)."""
+"""kube-ipvs0 and the node's own addresses, over rtnetlink (agent.netlink).
+
+kube-ipvs0 holds one address per Service IP, tens of thousands on a large node; two raw dumps
+read them without pyroute2's per-attribute decoding.
+"""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+import socket
+import struct
 
+from agent.netlink import RtNetlink, attrs
 from agent.readers._timing import timed
 from agent.snapshot import Link, Links, Reading
 
 KUBE_IPVS0 = "kube-ipvs0"
 _IFF_UP = 0x1
+IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
+IFA_ADDRESS, IFA_LOCAL = 1, 2
 
 
-def _kind(link: Any) -> str | None:
-    info = link.get_attr("IFLA_LINKINFO")
-    return info.get_attr("IFLA_INFO_KIND") if info is not None else None
+def _text(view: memoryview | None) -> str | None:
+    return None if view is None else bytes(view).split(b"\0", 1)[0].decode()
 
 
 def _read() -> Links:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        names = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
-        addrs: dict[int, list[str]] = {}
-        for a in ipr.get_addr():
-            addrs.setdefault(a["index"], []).append(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}")
-        kube = None
-        for index, name in names.items():
+    with RtNetlink() as rt:
+        kube: tuple[int, str | None, bool] | None = None
+        for p in rt.links():
+            _, _, index, flags, _ = struct.unpack_from("=BxHiII", p)
+            a = attrs(p, 16)
+            name = _text(a.get(IFLA_IFNAME)) or ""
             if name == KUBE_IPVS0:
-                link = ipr.link("get", index=index)[0]
-                kube = Link(
-                    name=name,
-                    index=index,
-                    kind=_kind(link),
-                    up=bool(link["flags"] & _IFF_UP),
-                    addresses=tuple(addrs.get(index, ())),
-                )
-    node = tuple(
-        a.split("/")[0]
-        for index, lst in addrs.items()
-        if names.get(index) != KUBE_IPVS0
-        for a in lst
-        # kube-proxy's NodePort addresses: no loopback, no IPv6 link-local
-        if not (
-            ipaddress.ip_address(a.split("/")[0]).is_loopback
-            or ipaddress.ip_address(a.split("/")[0]).is_link_local
-        )
-    )
-    return Links(kube_ipvs0=kube, node_addresses=node)
+                info = a.get(IFLA_LINKINFO)
+                kind = _text(attrs(info).get(IFLA_INFO_KIND)) if info is not None else None
+                kube = (index, kind, bool(flags & _IFF_UP))
+        kube_addrs: list[str] = []
+        node: list[str] = []
+        for p in rt.addresses():
+            family, prefix, _, _, index = struct.unpack_from("=BBBBI", p)
+            a = attrs(p, 8)
+            raw = (
+                a.get(IFA_LOCAL)
+                if family == socket.AF_INET and IFA_LOCAL in a
+                else a.get(IFA_ADDRESS)
+            )
+            if raw is None:
+                continue
+            ip = ipaddress.ip_address(bytes(raw))
+            if kube is not None and index == kube[0]:
+                kube_addrs.append(f"{ip}/{prefix}")
+            elif not (ip.is_loopback or ip.is_link_local):
+                # kube-proxy's NodePort addresses: no loopback, no IPv6 link-local
+                node.append(str(ip))
+    link = None
+    if kube is not None:
+        link = Link(KUBE_IPVS0, kube[0], kube[1], kube[2], tuple(kube_addrs))
+    return Links(kube_ipvs0=link, node_addresses=tuple(node))
 
 
 def read() -> Reading[Links]:

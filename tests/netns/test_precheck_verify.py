@@ -528,7 +528,7 @@ def test_verify_probe_without_target_or_listener(netns: Callable[[], str], tmp_p
         "fail",
         [
             "no probe target: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set (the "
-            "agent runs outside a pod, or without service links) and no --probe-address "
+            "agent runs outside a pod) and no --probe-address "
             "HOST:PORT was given"
         ],
     )

@@ -243,3 +243,21 @@ COMMIT
     assert o["legacy/ipv4/filter INPUT -> KUBE-PROXY-FIREWALL"] is Owner.IPVS_LEFTOVER
     assert o["legacy/ipv4/filter OUTPUT -> KUBE-PROXY-FIREWALL"] is Owner.IPVS_LEFTOVER
     assert o["legacy/ipv4/filter INPUT -> KUBE-NODE-PORT"] is Owner.UNKNOWN_KUBE
+
+
+def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
+    from agent.classify import evidence_sets_needed
+
+    bound = svc("10.96.0.1", 443)  # on kube-ipvs0: no set needed
+    nodeport = svc("192.168.50.10", 30080)
+    assert evidence_sets_needed([bound], LINKS) == frozenset()
+    assert evidence_sets_needed([bound, nodeport], LINKS) == frozenset(
+        {
+            "KUBE-NODE-PORT-TCP",
+            "KUBE-NODE-PORT-LOCAL-TCP",
+            "KUBE-6-NODE-PORT-TCP",
+            "KUBE-6-NODE-PORT-LOCAL-TCP",
+        }
+    )
+    assert "KUBE-CLUSTER-IP" in evidence_sets_needed([svc("10.96.9.9", 80)], LINKS)
+    assert evidence_sets_needed([svc(None, None, "FWM", fwmark=1)], LINKS) == frozenset()

@@ -72,3 +72,26 @@ def test_stale_on_a_confirmed_nftables_node(netns: Callable[[], str], tmp_path: 
         r = run_agent(ns, "audit")
     assert r.rc == 1
     assert r.stdout.splitlines()[-1].startswith("STALE: ")
+
+
+def test_a_read_decodes_no_cluster_ip_set_members(netns: Callable[[], str]) -> None:
+    """The cheapest invariant of the hot path: only the small NodePort bitmaps are decoded
+    (every other virtual server is attributed through kube-ipvs0)."""
+    ns = netns()
+    build.build(ns, realistic_node(with_ipvs=True))
+    code = (
+        "from agent.collect import Options, collect;"
+        "s = collect(Options(timeout=1));"
+        "print(sorted(x.name for x in s.ipsets.data if x.entries is not None))"
+    )
+    out = build.run(["ip", "netns", "exec", ns, "python", "-c", code])
+    assert out.strip() == str(
+        sorted(
+            [
+                "KUBE-NODE-PORT-TCP",
+                "KUBE-NODE-PORT-LOCAL-TCP",
+                "KUBE-NODE-PORT-UDP",
+                "KUBE-NODE-PORT-LOCAL-UDP",
+            ]
+        )
+    )
