@@ -12,6 +12,7 @@ import click
 from agent import __version__, exitcodes
 from agent.collect import Options
 from agent.metrics import Collection
+from agent.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -83,15 +84,6 @@ def _require_permission() -> None:
             "(the DaemonSet adds them under securityContext.capabilities)",
             exitcodes.ERROR,
         )
-
-
-MAX_SYNC_AGE = click.option(
-    "--max-sync-age",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds within which kube-proxy must have synced for nftables mode to be confirmed.",
-)
 
 
 def _collection(opts: Options, max_sync_age: float, config: bool = False) -> Collection:
@@ -234,19 +226,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     help="How often auto-cleanup observes the node (through the shared collection).",
 )
-@click.option(
-    "--backup-dir",
-    type=click.Path(file_okay=False),
-    default="/var/lib/ipvs-leftovers",
-    show_default=True,
-    help="Auto-cleanup's backup bundles.",
-)
-@click.option(
-    "--lock-file",
-    type=click.Path(dir_okay=False),
-    default="/run/ipvs-leftovers/cleanup.lock",
-    show_default=True,
-)
+@BACKUP_DIR
+@LOCK_FILE
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @MAX_SYNC_AGE
@@ -320,20 +301,8 @@ def serve(
 
 @main.command()
 @click.option("--apply", "apply_", is_flag=True, help="Back up, then remove. Without it: the plan.")
-@click.option(
-    "--backup-dir",
-    type=click.Path(file_okay=False),
-    default="/var/lib/ipvs-leftovers",
-    show_default=True,
-    help="A folder per run is written here before the first change.",
-)
-@click.option(
-    "--lock-file",
-    type=click.Path(dir_okay=False),
-    default="/run/ipvs-leftovers/cleanup.lock",
-    show_default=True,
-    help="One cleanup at a time on a node.",
-)
+@BACKUP_DIR
+@LOCK_FILE
 @click.option(
     "--reset-arp-sysctls",
     is_flag=True,

@@ -17,6 +17,7 @@ import time
 import click
 
 from agent.checks import Check, ProbeResult, document, ready, render
+from agent.options import MAX_SYNC_AGE
 
 ENV_HOST = "KUBERNETES_SERVICE_HOST"
 ENV_PORT = "KUBERNETES_SERVICE_PORT"
@@ -138,13 +139,7 @@ def precheck(
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
-@click.option(
-    "--max-sync-age",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds within which kube-proxy must have synced its nftables rules.",
-)
+@MAX_SYNC_AGE
 @click.option(
     "--probe-address",
     callback=_host_port,

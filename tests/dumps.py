@@ -8,33 +8,8 @@ import shlex
 import subprocess
 
 from lab import names as n
+from tests.oracle import IPVS_CHAINS, JUMP_COMMENTS
 
-IPVS_CHAINS = {
-    "nat": {
-        "KUBE-SERVICES",
-        "KUBE-POSTROUTING",
-        "KUBE-NODE-PORT",
-        "KUBE-LOAD-BALANCER",
-        "KUBE-MARK-MASQ",
-        "KUBE-FIREWALL",
-    },
-    "filter": {
-        "KUBE-FORWARD",
-        "KUBE-NODE-PORT",
-        "KUBE-PROXY-FIREWALL",
-        "KUBE-SOURCE-RANGES-FIREWALL",
-        "KUBE-IPVS-FILTER",
-        "KUBE-IPVS-OUT-FILTER",
-    },
-}
-JUMP_COMMENTS = {
-    "kubernetes service portals",
-    "kubernetes postrouting rules",
-    "kubernetes forwarding rules",
-    "kubernetes health check rules",
-    "kube-proxy firewall rules",
-    "kubernetes ipvs access filter",
-}
 SAVES = ("iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save", "ip6tables-nft-save")
 
 

@@ -7,29 +7,16 @@ import re
 import shlex
 from typing import Any
 
+from lab import names as n
 from lab import render
 from lab.model import Node
 
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
-# The chains kube-proxy's ipvs mode creates (reference §2.1) and older releases' (§2.4).
-IPVS_CHAINS = {
-    "nat": {
-        "KUBE-SERVICES",
-        "KUBE-POSTROUTING",
-        "KUBE-NODE-PORT",
-        "KUBE-LOAD-BALANCER",
-        "KUBE-MARK-MASQ",
-        "KUBE-FIREWALL",
-    },
-    "filter": {
-        "KUBE-FORWARD",
-        "KUBE-NODE-PORT",
-        "KUBE-PROXY-FIREWALL",
-        "KUBE-SOURCE-RANGES-FIREWALL",
-        "KUBE-IPVS-FILTER",
-        "KUBE-IPVS-OUT-FILTER",
-    },
-}
+# The chains kube-proxy's ipvs mode creates (reference §2.1) and older releases' (§2.4),
+# as the lab writes them.
+IPVS_CHAINS: dict[str, set[str]] = {table: set(chains) for table, chains in n.CHAINS.items()}
+IPVS_CHAINS["nat"].add(n.OLD_NAT_FIREWALL)
+JUMP_COMMENTS = {comment for _, _, _, comment in n.JUMPS}
 
 
 def _family_of_set(name: str) -> str:

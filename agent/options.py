@@ -1,0 +1,27 @@
+"""Options several commands share, declared once."""
+
+from __future__ import annotations
+
+import click
+
+MAX_SYNC_AGE = click.option(
+    "--max-sync-age",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds within which kube-proxy must have synced for nftables mode to be confirmed.",
+)
+BACKUP_DIR = click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False),
+    default="/var/lib/ipvs-leftovers",
+    show_default=True,
+    help="A backup bundle is written here, one folder per run, before the first change.",
+)
+LOCK_FILE = click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False),
+    default="/run/ipvs-leftovers/cleanup.lock",
+    show_default=True,
+    help="One cleanup at a time on a node (the Job and the DaemonSet share it).",
+)
