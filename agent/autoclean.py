@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agent import cleanup as procedure
-from agent.metrics import PREFIX, Collection
+from agent.collection import Collection
+from agent.metrics import PREFIX
 
 log = logging.getLogger("ipvs_leftovers.autoclean")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from agent import exitcodes, lock
 from agent.backup import write_bundle
+from agent.collection import Collection
 from agent.executor import Outcome, execute
-from agent.metrics import Collection
 from agent.plan import Plan, describe, make_plan
 
 

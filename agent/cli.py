@@ -11,7 +11,7 @@ import click
 
 from agent import __version__, exitcodes
 from agent.collect import Options
-from agent.metrics import Collection
+from agent.collection import Collection
 from agent.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE
 
 

@@ -12,17 +12,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.checks import readiness_metrics
-from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
+from agent.classify import ChainRef, Owner, RuleRef, ipset_family
+from agent.collection import Collection
 from agent.kernel import SUBSYSTEMS
-from agent.readers.kube_proxy_config import KubeProxyConfig
-from agent.snapshot import Ipset, IpvsService, Reading, Snapshot
+from agent.snapshot import Ipset, IpvsService
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)
@@ -34,17 +33,6 @@ READINESS_DOCS = {
     "localhost_nodeport_packets": "kube-proxy's localhost NodePort packet counter (iptables mode)",
 }
 _READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
-
-
-@dataclass(frozen=True)
-class Collection:
-    snapshot: Snapshot
-    classification: Classification
-    seconds: float
-    # kube-proxy's own configuration, for the readiness gauges (absent when not read)
-    config: Reading[KubeProxyConfig | None] = field(
-        default_factory=lambda: Reading("absent", None, "not read")
-    )
 
 
 def kernel_ready(release: str) -> bool:

@@ -25,6 +25,7 @@ CTRL_CMD_GETFAMILY = 3
 CTRL_ATTR_FAMILY_ID = 1
 CTRL_ATTR_FAMILY_NAME = 2
 NLA_F_NESTED = 0x8000
+NLA_F_NET_BYTEORDER = 0x4000
 _NLMSG = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")
 _RECV = 1 << 20
@@ -45,7 +46,9 @@ def attrs(data: bytes | memoryview, offset: int = 0) -> dict[int, memoryview]:
         length, kind = _NLA.unpack_from(view, offset)
         if length < _NLA.size:
             break
-        out[kind & ~NLA_F_NESTED] = view[offset + _NLA.size : offset + length]
+        out[kind & ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)] = view[
+            offset + _NLA.size : offset + length
+        ]
         offset += (length + 3) & ~3
     return out
 
@@ -135,6 +138,28 @@ class NfTables(NetlinkSocket):
         """Yield each answer's payload, the 4-byte nfgenmsg header included."""
         header = struct.pack("=BBH", family, 0, 0)
         return self.raw_request((self.SUBSYS << 8) | msg, header + body)
+
+
+class IpsetNetlink(NetlinkSocket):
+    """A NETLINK_NETFILTER socket speaking to the ip_set subsystem."""
+
+    SUBSYS = 6  # NFNL_SUBSYS_IPSET
+    CMD_LIST = 7
+    PROTOCOL = 6  # the oldest protocol kernels still accept; enough for listing
+    FLAG_LIST_HEADER = 4
+
+    def __init__(self) -> None:
+        super().__init__(12)  # NETLINK_NETFILTER
+
+    def list(self, name: str | None = None, header_only: bool = False) -> Iterator[memoryview]:
+        """`ipset list [-t] [NAME]`: each answer's payload, 4-byte nfgenmsg header included."""
+        body = attr(1, bytes([self.PROTOCOL]))
+        if name is not None:
+            body += attr(2, name.encode() + b"\0")
+        if header_only:
+            body += attr(6 | NLA_F_NET_BYTEORDER, struct.pack("!I", self.FLAG_LIST_HEADER))
+        header = struct.pack("=BBH", socket.AF_INET, 0, 0)
+        return self.raw_request((self.SUBSYS << 8) | self.CMD_LIST, header + body)
 
 
 def count_attrs(data: memoryview) -> int:

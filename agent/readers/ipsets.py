@@ -1,95 +1,112 @@
-"""ipsets over nfnetlink (pyroute2): a header-only listing, entries only for named sets."""
+"""ipsets over nfnetlink (agent.netlink): a header-only listing, members only for named sets.
+
+Attribute numbers are the kernel's (include/uapi/linux/netfilter/ipset/ip_set.h); numbers are
+in network byte order.
+"""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import struct
 from collections.abc import Collection
-from typing import Any
 
 from agent.kernel import Presence, presence
+from agent.netlink import IpsetNetlink, NetlinkError, attrs
 from agent.readers._timing import Absent, timed
 from agent.snapshot import Ipset, Reading
 
-IPSET_FLAG_LIST_HEADER = 4  # `ipset list -t`: counts and references, no members
+SETNAME, TYPENAME, FAMILY, DATA, ADT = 2, 3, 5, 7, 8
+IP, IP_TO, CIDR, PORT, PORT_TO, PROTO = 1, 2, 3, 4, 5, 7
+IP2, CIDR2 = 20, 21
+ELEMENTS, REFERENCES = 24, 25
+IPADDR_IPV4, IPADDR_IPV6 = 1, 2
 _PROTOS = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "icmpv6"}
 _FAMILIES = {2: 4, 10: 6}
 
 
-def _addr(attr: Any) -> str | None:
-    if attr is None:
+def _text(view: memoryview | None) -> str:
+    return bytes(view or b"").split(b"\0", 1)[0].decode()
+
+
+def _be(view: memoryview | None, fmt: str = "!I") -> int | None:
+    return None if view is None else int(struct.unpack_from(fmt, view)[0])
+
+
+def _addr(view: memoryview | None) -> str | None:
+    if view is None:
         return None
-    value = attr.get_attr("IPSET_ATTR_IPADDR_IPV4") or attr.get_attr("IPSET_ATTR_IPADDR_IPV6")
-    return None if value is None else str(value)
+    a = attrs(view)
+    raw = a.get(IPADDR_IPV4) or a.get(IPADDR_IPV6)
+    return None if raw is None else str(ipaddress.ip_address(bytes(raw)))
 
 
-def format_entry(entry: Any) -> str:
+def format_entry(data: memoryview) -> str:
     """One member in `ipset save` notation, whatever the set type."""
+    a = attrs(data)
     parts: list[str] = []
-    ip = _addr(entry.get_attr("IPSET_ATTR_IP_FROM") or entry.get_attr("IPSET_ATTR_IP"))
-    cidr = entry.get_attr("IPSET_ATTR_CIDR")
+    ip = _addr(a.get(IP))
+    cidr = a.get(CIDR)
     if ip is not None:
-        parts.append(f"{ip}/{cidr}" if cidr is not None and ip and cidr not in (32, 128) else ip)
-    port = entry.get_attr("IPSET_ATTR_PORT_FROM")
-    if port is None:
-        port = entry.get_attr("IPSET_ATTR_PORT")
+        parts.append(f"{ip}/{cidr[0]}" if cidr is not None and cidr[0] not in (32, 128) else ip)
+    port = _be(a.get(PORT), "!H")
     if port is not None:
-        port_to = entry.get_attr("IPSET_ATTR_PORT_TO")
+        port_to = _be(a.get(PORT_TO), "!H")
         text = f"{port}-{port_to}" if port_to not in (None, port) else str(port)
-        proto = entry.get_attr("IPSET_ATTR_PROTO")
-        parts.append(f"{_PROTOS.get(proto, str(proto))}:{text}" if proto is not None else text)
-    ip2 = _addr(entry.get_attr("IPSET_ATTR_IP2"))
+        proto = a.get(PROTO)
+        parts.append(
+            f"{_PROTOS.get(proto[0], str(proto[0]))}:{text}" if proto is not None else text
+        )
+    ip2 = _addr(a.get(IP2))
     if ip2 is not None:
-        cidr2 = entry.get_attr("IPSET_ATTR_CIDR2")
-        parts.append(f"{ip2}/{cidr2}" if cidr2 is not None else ip2)
+        cidr2 = a.get(CIDR2)
+        parts.append(f"{ip2}/{cidr2[0]}" if cidr2 is not None else ip2)
     return ",".join(parts)
 
 
-def _open() -> Any:
-    if presence("ip_set") is Presence.ABSENT:
-        raise Absent("ip_set module not loaded")
-    from pyroute2 import IPSet
-    from pyroute2.ipset import IPSetError
-
-    try:
-        return IPSet()
-    except IPSetError as exc:
-        # nfnetlink answers EINVAL for a subsystem that is not registered.
-        if getattr(exc, "code", None) == 22:
-            raise Absent("kernel has no ip_set") from exc
-        raise
+def _members(nl: IpsetNetlink, name: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for p in nl.list(name):  # large sets span several messages
+        adt = attrs(p, 4).get(ADT)
+        if adt is None:
+            continue
+        offset = 0
+        while offset + 4 <= len(adt):  # a list of DATA attributes, one per member
+            length = struct.unpack_from("=H", adt, offset)[0]
+            if length < 4:
+                break
+            out.append(format_entry(adt[offset + 4 : offset + length]))
+            offset += (length + 3) & ~3
+    return tuple(out)
 
 
 def _read(entries_for: Collection[str]) -> tuple[Ipset, ...]:
-    ips = _open()
-    try:
+    if presence("ip_set") is Presence.ABSENT:
+        raise Absent("ip_set module not loaded")
+    with IpsetNetlink() as nl:
+        try:
+            headers = list(nl.list(header_only=True))
+        except NetlinkError as exc:
+            if exc.errno in (errno.EINVAL, errno.EPROTONOSUPPORT):  # no ip_set subsystem
+                raise Absent("kernel has no ip_set") from exc
+            raise
         sets = []
-        # list() is drained completely: leaving a dump half-read makes the next request EBUSY.
-        for msg in list(ips.list(flags=IPSET_FLAG_LIST_HEADER)):
-            data = msg.get_attr("IPSET_ATTR_DATA")
-            name = msg.get_attr("IPSET_ATTR_SETNAME")
-            entries = _entries(ips, name) if name in entries_for else None
+        for p in headers:
+            a = attrs(p, 4)
+            name = _text(a.get(SETNAME))
+            data = attrs(a[DATA]) if DATA in a else {}
+            family = a.get(FAMILY)
             sets.append(
                 Ipset(
                     name=name,
-                    type=msg.get_attr("IPSET_ATTR_TYPENAME"),
-                    family=_FAMILIES.get(msg.get_attr("IPSET_ATTR_FAMILY") or 0),
-                    elements=int(data.get_attr("IPSET_ATTR_ELEMENTS") or 0) if data else 0,
-                    references=int(data.get_attr("IPSET_ATTR_REFERENCES") or 0) if data else 0,
-                    entries=entries,
+                    type=_text(a.get(TYPENAME)),
+                    family=_FAMILIES.get(family[0]) if family is not None else None,
+                    elements=_be(data.get(ELEMENTS)) or 0,
+                    references=_be(data.get(REFERENCES)) or 0,
+                    entries=_members(nl, name) if name in entries_for else None,
                 )
             )
-        return tuple(sets)
-    finally:
-        ips.close()
-
-
-def _entries(ips: Any, name: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for msg in list(ips.list(name)):  # large sets span several messages
-        adt = msg.get_attr("IPSET_ATTR_ADT")
-        if adt is None:
-            continue
-        out.extend(format_entry(e) for e in adt.get_attrs("IPSET_ATTR_DATA"))
-    return tuple(out)
+    return tuple(sets)
 
 
 def read(entries_for: Collection[str] = ()) -> Reading[tuple[Ipset, ...]]:

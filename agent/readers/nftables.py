@@ -32,6 +32,14 @@ def _text(view: memoryview | None) -> str:
     return bytes(view or b"").split(b"\0", 1)[0].decode()
 
 
+def _chain_table(payload: memoryview) -> str:
+    """The table of a chain: the kernel puts NFTA_CHAIN_TABLE first, so only that is read."""
+    length, kind = struct.unpack_from("=HH", payload, 4)
+    if kind == CHAIN_TABLE:
+        return bytes(payload[8 : 4 + length]).split(b"\0", 1)[0].decode()
+    return _text(attrs(payload, 4).get(CHAIN_TABLE))
+
+
 def _family(payload: memoryview) -> str:
     return FAMILIES.get(payload[0], str(payload[0]))
 

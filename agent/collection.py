@@ -1,0 +1,20 @@
+"""One read of the node and its classification: what every view is built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.classify import Classification
+from agent.readers.kube_proxy_config import KubeProxyConfig
+from agent.snapshot import Reading, Snapshot
+
+
+@dataclass(frozen=True)
+class Collection:
+    snapshot: Snapshot
+    classification: Classification
+    seconds: float
+    # kube-proxy's own configuration, for the readiness gauges (absent when not read)
+    config: Reading[KubeProxyConfig | None] = field(
+        default_factory=lambda: Reading("absent", None, "not read")
+    )
