@@ -30,7 +30,11 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
         present = {
             f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)
         }
-        for cidr in doc.get("addresses", []):  # type: ignore[attr-defined]
+        listed = [str(c) for c in doc.get("addresses", [])]  # type: ignore[attr-defined]
+        # The kernel lists IPv6 addresses newest first and IPv4 oldest first: adding them in
+        # that order gives the same listing back.
+        ordered = [c for c in listed if ":" not in c] + [c for c in reversed(listed) if ":" in c]
+        for cidr in ordered:
             if cidr not in present:
                 address, prefix = str(cidr).split("/")
                 ipr.addr("add", index=index, address=address, prefixlen=int(prefix))
