@@ -54,9 +54,7 @@ def _read() -> tuple[NftTable, ...]:
             if exc.errno == errno.EINVAL:  # nfnetlink: subsystem not registered
                 raise Absent("kernel has no nf_tables") from exc
             raise
-        chains = Counter(
-            (_family(p), _text(attrs(p, 4).get(CHAIN_TABLE))) for p in nft.dump(GETCHAIN)
-        )
+        chains = Counter((_family(p), _chain_table(p)) for p in nft.dump(GETCHAIN))
         sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
             a = attrs(p, 4)
