@@ -262,7 +262,7 @@ def serve(
     _require_permission()
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
-    opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout)
+    opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout, nftables_detail=False)
     shared = SharedCollection(lambda: _collection(opts, max_sync_age, config=True), min_interval)
     auto = None
     if auto_cleanup:

@@ -44,7 +44,7 @@ def _family(payload: memoryview) -> str:
     return FAMILIES.get(payload[0], str(payload[0]))
 
 
-def _read() -> tuple[NftTable, ...]:
+def _read(detail: bool) -> tuple[NftTable, ...]:
     if presence("nf_tables") is Presence.ABSENT:
         raise Absent("nf_tables module not loaded")
     with NfTables() as nft:
@@ -54,6 +54,8 @@ def _read() -> tuple[NftTable, ...]:
             if exc.errno == errno.EINVAL:  # nfnetlink: subsystem not registered
                 raise Absent("kernel has no nf_tables") from exc
             raise
+        if not detail:  # the metrics need only which tables exist
+            return tuple(NftTable(family, name) for family, name in tables)
         chains = Counter((_family(p), _chain_table(p)) for p in nft.dump(GETCHAIN))
         sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
@@ -87,5 +89,6 @@ def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
     return total
 
 
-def read() -> Reading[tuple[NftTable, ...]]:
-    return timed(_read, ())
+def read(detail: bool = True) -> Reading[tuple[NftTable, ...]]:
+    """Every table; with `detail`, chain counts and the sizes of kube-proxy's sets and maps."""
+    return timed(lambda: _read(detail), ())
