@@ -1,0 +1,138 @@
+"""results.json -> results.md: the table, the ratios, the targets, the growth exponents."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# (label, value, limit): the issue's targets at 10,000 Services
+TARGETS = (
+    ("warm scrape / shell pipeline", lambda r: r["scrape_s"] / r["pipeline_s"], 1.0, "x"),
+    ("warm scrape / raw netlink floor", lambda r: r["scrape_s"] / r["floor_s"], 3.0, "x"),
+    ("cold audit / shell pipeline", lambda r: r["audit_s"] / r["pipeline_s"], 2.0, "x"),
+    (
+        "cleanup --apply / baseline cleanup",
+        lambda r: r["cleanup_s"] / r["baseline_cleanup_s"],
+        2.0,
+        "x",
+    ),
+    ("peak RSS, audit (MB)", lambda r: r["audit_rss_mb"], 100.0, ""),
+    ("peak RSS, serve (MB)", lambda r: r["serve_rss_mb"], 100.0, ""),
+)
+GROWTH = (
+    ("shell pipeline", "pipeline_s"),
+    ("floor", "floor_s"),
+    ("cold audit", "audit_s"),
+    ("warm scrape", "scrape_s"),
+    ("cleanup --apply", "cleanup_s"),
+    ("baseline cleanup", "baseline_cleanup_s"),
+    ("audit peak RSS", "audit_rss_mb"),
+    ("serve peak RSS", "serve_rss_mb"),
+    ("build (lab state)", "build_s"),
+)
+
+
+def _f(x: float | None, d: int = 2) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    m, rs = doc["meta"], doc["results"]
+    out = [
+        "# Benchmark results (issue 6)",
+        "",
+        f"Command: `{m['command']}`  ",
+        f"Date: {m.get('date', '?')}; commit {m.get('commit', '?')}  ",
+        f"Guest kernel: {m['kernel']} under QEMU TCG ({m['cpus']} vCPU, no KVM); Python "
+        f"{m['python']}; {m['nft']}; {m['iptables']}; {m['ipvsadm']}  ",
+        f"Host: {m.get('host', '?')}. Median of {m['repeat']} runs per cell. Absolute times "
+        "are TCG times (10-35x a real node): compare ratios within this run only.",
+        "",
+        "## Times (seconds, median) and peak RSS (MB)",
+        "",
+        "| Services | shell pipeline | floor (process) | floor (in-process) | cold audit | "
+        "warm scrape | cleanup --apply | baseline cleanup | audit RSS | serve RSS | backup MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rs:
+        out.append(
+            f"| {r['n']:,} | {_f(r.get('pipeline_s'))} | {_f(r.get('floor_s'))} | "
+            f"{_f(r.get('floor_inproc_s'))} | {_f(r.get('audit_s'))} | {_f(r.get('scrape_s'))} | "
+            f"{_f(r.get('cleanup_s'))} | {_f(r.get('baseline_cleanup_s'))} | "
+            f"{_f(r.get('audit_rss_mb'), 0)} | {_f(r.get('serve_rss_mb'), 0)} | "
+            f"{_f(r.get('backup_mb'), 1)} |"
+        )
+    out += [
+        "",
+        "## Ratios",
+        "",
+        "| Services | scrape / pipeline (≤1.0) | scrape / floor (≤3) | audit / pipeline (≤2.0) "
+        "| cleanup / baseline (≤2) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rs:
+        if "cleanup_s" not in r:
+            continue
+        ratios = (
+            r["scrape_s"] / r["pipeline_s"],
+            r["scrape_s"] / r["floor_s"],
+            r["audit_s"] / r["pipeline_s"],
+            r["cleanup_s"] / r["baseline_cleanup_s"],
+        )
+        out.append(f"| {r['n']:,} | " + " | ".join(f"{x:.2f}" for x in ratios) + " |")
+    at = next((r for r in rs if r["n"] == 10000), rs[-1] if rs else None)
+    if at is not None and "cleanup_s" in at:
+        out += [
+            "",
+            f"## Targets at {at['n']:,} Services",
+            "",
+            "| target | value | limit | met |",
+            "|---|---:|---:|:---:|",
+        ]
+        for label, fn, limit, unit in TARGETS:
+            v = fn(at)
+            met = "yes" if v <= limit else "**no**"
+            out.append(f"| {label} | {v:.2f}{unit} | ≤ {limit:g}{unit} | {met} |")
+    g = doc.get("growth") or {}
+    if len(rs) >= 2:
+        n0, n1 = rs[0]["n"], rs[-1]["n"]
+        out += [
+            "",
+            f"## Growth exponent {n0:,} → {n1:,} Services: log(t{n1}/t{n0}) / log({n1}/{n0})",
+            "",
+            "1.0 is linear; the target is ≤ 1.0 (within noise) for the agent's measures.",
+            "",
+            "| measure | exponent |",
+            "|---|---:|",
+        ]
+        for label, key in GROWTH:
+            out.append(f"| {label} | {_f(g.get(key))} |")
+    out += [
+        "",
+        "## Lab state build (not a target)",
+        "",
+        "| Services | build s (tools, in VM) | steps | cleanup rebuild s |",
+        "|---:|---:|---|---:|",
+    ]
+    for r in rs:
+        steps = ", ".join(f"{k} {v:.1f}" for k, v in r.get("build_steps_s", {}).items())
+        out.append(
+            f"| {r['n']:,} | {_f(r.get('build_s'), 1)} | {steps} | {_f(r.get('rebuild_s'), 1)} |"
+        )
+    out += ["", "Counts checked equal between the shell pipeline and the floor at every size:", ""]
+    for r in rs:
+        c = r["counts"]["floor"]
+        out.append(
+            f"- {r['n']:,}: {c['ipvs_services']} IPVS services, {c['ipvs_dests']} real servers, "
+            f"{c['kube_ipvs0_addrs']} kube-ipvs0 addresses, {c['kube_ipsets']} KUBE- sets "
+            f"({c['kube_ipset_elements']} elements), {c['nat_kube_rules']} nat KUBE- rules, "
+            f"{c['nft_tables']} nf_tables tables"
+        )
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    d = json.loads(Path(sys.argv[1]).read_text())
+    sys.stdout.write(markdown(d))

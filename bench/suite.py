@@ -1,0 +1,418 @@
+"""The benchmark, run inside the VM by bench/run: python -m bench.suite --sizes ... --out DIR.
+
+Per size N: build the lab node (ipvs-mode leftovers + kube-proxy's nftables table) in a fresh
+namespace, start the fake kube-proxy (nftables, IPv4), check the floor's counts against the
+shell pipeline's, then time (median of --repeat): the shell pipeline, the floor, a cold
+`audit --json`, a warm `serve` scrape, `cleanup --apply` and the baseline shell cleanup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import fastbuild, report
+from lab import build as lab_build
+from lab.kube_proxy import start_fake_kube_proxy
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT = str(Path(sys.executable).with_name("ipvs-leftovers"))
+PY = sys.executable
+
+PIPELINE = (
+    "ipvsadm -L -n | wc -l; "
+    "ip -brief addr show kube-ipvs0; "
+    "ipset list -name | grep -c '^KUBE-'; "
+    "iptables-save -t nat | grep -c '^-A KUBE-'; "
+    "nft list tables"
+)
+
+# kube-proxy's ipvs-mode chains (lab/names.py CHAINS) and the jumps into them; the baseline
+# finds the jumps in iptables-nft-save and removes everything in one restore per table.
+BASELINE_CLEANUP = r"""
+set -e
+ipvsadm -C
+for t in nat filter; do
+  case $t in
+    nat) chains="KUBE-SERVICES KUBE-POSTROUTING KUBE-NODE-PORT KUBE-LOAD-BALANCER KUBE-MARK-MASQ" ;;
+    filter) chains="KUBE-FORWARD KUBE-NODE-PORT KUBE-PROXY-FIREWALL"
+            chains="$chains KUBE-SOURCE-RANGES-FIREWALL KUBE-IPVS-FILTER KUBE-IPVS-OUT-FILTER" ;;
+  esac
+  re=$(echo $chains | sed 's/ /|/g')
+  {
+    echo "*$t"
+    builtin="PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING"
+    iptables-nft-save -t $t | grep -E "^-A ($builtin) .*-j ($re)( |\$)" | sed 's/^-A /-D /'
+    for c in $chains; do echo "-F $c"; done
+    for c in $chains; do echo "-X $c"; done
+    echo COMMIT
+  } | iptables-nft-restore --noflush
+done
+for s in $(ipset list -n | grep '^KUBE-'); do ipset destroy "$s"; done
+ip link del kube-ipvs0
+"""
+
+
+def sh(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, text=True, capture_output=True, **kw)
+
+
+def timed(args: list[str], check: bool = True, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
+    s = time.perf_counter()
+    p = subprocess.run(args, text=True, capture_output=True)
+    t = time.perf_counter() - s
+    if check and p.returncode not in ok:
+        raise RuntimeError(f"{' '.join(args)} -> {p.returncode}: {p.stderr[-2000:]}")
+    return t, p.stdout
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def pipeline_counts(out: str) -> dict[str, int]:
+    lines = out.splitlines()
+    ipvs_lines = int(lines[0])
+    brief = lines[1].split() if lines[1].startswith("kube-ipvs0") else []
+    return {
+        "ipvs_services+dests": ipvs_lines - 3,  # 3 header lines
+        "kube_ipvs0_addrs": max(len(brief) - 2, 0),
+        "kube_ipsets": int(lines[2 if brief else 1]),
+        "nat_kube_rules": int(lines[3 if brief else 2]),
+        "nft_tables": len([x for x in lines if x.startswith("table ")]),
+    }
+
+
+def floor_counts(d: dict[str, Any]) -> dict[str, int]:
+    return {
+        "ipvs_services+dests": d["ipvs_services"] + d["ipvs_dests"],
+        "kube_ipvs0_addrs": d["kube_ipvs0_addrs"],
+        "kube_ipsets": d["kube_ipsets"],
+        "nat_kube_rules": d["nat_kube_rules"],
+        "nft_tables": d["nft_tables"],
+    }
+
+
+def state_fingerprint(ns: str) -> str:
+    """What a rebuild must give back: counts, the iptables text, ipset headers, IPVS table."""
+    parts = [
+        sh(lab_build.in_ns(ns, "bash", "-c", PIPELINE)).stdout,
+        sh(lab_build.in_ns(ns, "iptables-nft-save")).stdout,
+        sh(lab_build.in_ns(ns, "ipset", "list", "-t")).stdout,
+        sh(lab_build.in_ns(ns, "ipvsadm", "-S", "-n")).stdout,
+    ]
+    # ipset: the hash seed (initval) is random per create and memory size follows from it
+    volatile = ("#", "Size in memory:")
+    return "\n".join(
+        x.split(" initval ")[0] for p in parts for x in p.splitlines() if not x.startswith(volatile)
+    )
+
+
+def expected_counts(n: int) -> dict[str, int]:
+    nodeports = len(range(0, n, 10))
+    return {"ipvs_services+dests": 4 * (n + nodeports), "kube_ipvs0_addrs": n, "kube_ipsets": 17}
+
+
+def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    k = args.repeat
+    res: dict[str, Any] = {"n": n}
+    ns = f"bench-{n}"
+    lab_build.delete_netns(ns)
+    lab_build.create_netns(ns)
+    kp = None
+    try:
+        node = fastbuild.bench_node(n)
+        t0 = time.perf_counter()
+        texts = fastbuild.load(args.render_dir, n)
+        res["render_s"] = time.perf_counter() - t0
+        steps = fastbuild.apply(ns, node, texts)
+        res["build_steps_s"] = steps
+        res["build_s"] = sum(steps.values())
+        rounded = {k_: round(v, 1) for k_, v in steps.items()}
+        log(f"n={n}: built in {res['build_s']:.1f}s {json.dumps(rounded)}")
+        kp = start_fake_kube_proxy(
+            ns, {"mode": "nftables", "families": ["IPv4"]}, work / f"kp-{n}.json"
+        )
+
+        # --- counts: pipeline == floor (== the model) -------------------------------------
+        _, out = timed(lab_build.in_ns(ns, "bash", "-c", PIPELINE))
+        pc = pipeline_counts(out)
+        _, fout = timed(lab_build.in_ns(ns, PY, str(REPO / "bench/floor.py"), "--json"))
+        fd = json.loads(fout)
+        fc = floor_counts(fd)
+        res["counts"] = {"pipeline": pc, "floor": fd}
+        if pc != fc:
+            raise SystemExit(f"FLOOR MISMATCH at n={n}: pipeline {pc} != floor {fc}")
+        for key, want in expected_counts(n).items():
+            if pc[key] != want:
+                raise SystemExit(f"STATE MISMATCH at n={n}: {key} = {pc[key]}, lab says {want}")
+        log(f"n={n}: counts agree {pc} (+{fd['kube_ipset_elements']} set elements)")
+        fingerprint = state_fingerprint(ns)
+
+        # --- (a) pipeline, (b) floor, (c) cold audit ----------------------------------------
+        pipe, floor, floor_in, audit, audit_rss = [], [], [], [], []
+        for _ in range(k):
+            pipe.append(timed(lab_build.in_ns(ns, "bash", "-c", PIPELINE))[0])
+            t, fout = timed(lab_build.in_ns(ns, PY, str(REPO / "bench/floor.py"), "--json"))
+            floor.append(t)
+            floor_in.append(json.loads(fout)["seconds"])
+            rss_file = work / "audit.rss"
+            t, _ = timed(
+                lab_build.in_ns(
+                    ns, "/usr/bin/time", "-f", "%M", "-o", str(rss_file), AGENT, "audit", "--json"
+                ),
+                ok=(0, 1),
+            )
+            audit.append(t)
+            audit_rss.append(int(rss_file.read_text().split()[-1]) / 1024)
+        res.update(
+            pipeline_s=med(pipe),
+            floor_s=med(floor),
+            floor_inproc_s=med(floor_in),
+            audit_s=med(audit),
+            audit_rss_mb=max(audit_rss),
+            samples={"pipeline": pipe, "floor": floor, "floor_inproc": floor_in, "audit": audit},
+        )
+        log(
+            f"n={n}: pipeline {res['pipeline_s']:.2f}s floor {res['floor_s']:.2f}s "
+            f"(in-process {res['floor_inproc_s']:.2f}s) audit {res['audit_s']:.2f}s "
+            f"{res['audit_rss_mb']:.0f}MB"
+        )
+
+        # --- (d) warm scrape ------------------------------------------------------------------
+        res.update(warm_scrape(ns, k, work, n))
+        log(f"n={n}: warm scrape {res['scrape_s']:.2f}s, serve VmHWM {res['serve_rss_mb']:.0f}MB")
+
+        if args.profile_at == n:
+            res["profile"] = profile(ns, args.out, n)
+            log(f"n={n}: profiles written")
+
+        # --- (e) cleanup vs baseline ---------------------------------------------------------
+        ck = args.cleanup_repeat or k
+        agent_c, base_c, rebuild = [], [], []
+        for i in range(ck):
+            backup, lock = work / f"backup-{n}-{i}", work / f"lock-{n}"
+            t, out = timed(
+                lab_build.in_ns(
+                    ns,
+                    AGENT,
+                    "cleanup",
+                    "--apply",
+                    "--backup-dir",
+                    str(backup),
+                    "--lock-file",
+                    str(lock),
+                )
+            )
+            agent_c.append(t)
+            res["backup_mb"] = sum(f.stat().st_size for f in backup.rglob("*") if f.is_file()) / 1e6
+            shutil.rmtree(backup, ignore_errors=True)
+            check_clean(ns, "cleanup --apply")
+            rebuild.append(fastbuild.rebuild_leftovers(ns, texts))
+            check_same(ns, fingerprint, "rebuild after cleanup --apply")
+            t, _ = timed(lab_build.in_ns(ns, "bash", "-c", BASELINE_CLEANUP))
+            base_c.append(t)
+            check_clean(ns, "baseline cleanup")
+            rebuild.append(fastbuild.rebuild_leftovers(ns, texts))
+            check_same(ns, fingerprint, "rebuild after baseline cleanup")
+        res.update(
+            cleanup_s=med(agent_c),
+            baseline_cleanup_s=med(base_c),
+            rebuild_s=med(rebuild),
+        )
+        res["samples"].update(cleanup=agent_c, baseline_cleanup=base_c)
+        log(
+            f"n={n}: cleanup {res['cleanup_s']:.2f}s baseline {res['baseline_cleanup_s']:.2f}s "
+            f"(rebuild {res['rebuild_s']:.1f}s)"
+        )
+    finally:
+        if kp is not None:
+            kp.stop()
+        lab_build.delete_netns(ns)
+    return res
+
+
+def check_clean(ns: str, what: str) -> None:
+    pc = pipeline_counts(sh(lab_build.in_ns(ns, "bash", "-c", PIPELINE)).stdout)
+    left = {k: v for k, v in pc.items() if k != "nft_tables" and v}
+    if left:
+        raise SystemExit(f"{what} left {left}")
+
+
+def check_same(ns: str, fingerprint: str, what: str) -> None:
+    now = state_fingerprint(ns)
+    if now != fingerprint:
+        diff = difflib.unified_diff(fingerprint.splitlines(), now.splitlines(), lineterm="", n=1)
+        text = "\n".join(list(diff)[:80])
+        raise SystemExit(f"{what}: the node differs from the first build:\n{text}")
+
+
+def warm_scrape(ns: str, k: int, work: Path, n: int) -> dict[str, Any]:
+    log_path = work / f"serve-{n}.log"
+    with log_path.open("wb") as lf:
+        proc = subprocess.Popen(
+            lab_build.in_ns(
+                ns,
+                AGENT,
+                "serve",
+                "--listen",
+                "127.0.0.1:9437",
+                "--min-interval",
+                "0",
+                "--source-timeout",
+                "600",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=lf,
+        )
+    try:
+        p = sh(
+            lab_build.in_ns(ns, PY, str(REPO / "bench/scrape.py"), "http://127.0.0.1:9437", str(k)),
+            timeout=3600,
+        )
+        if p.returncode != 0:
+            raise SystemExit(
+                f"scrape failed: {p.stderr[-2000:]} serve log: {log_path.read_text()[-2000:]}"
+            )
+        d = json.loads(p.stdout)
+        hwm = 0.0
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1]) / 1024
+        return {
+            "scrape_s": med(d["timed"]),
+            "scrape_first_s": d["first"],
+            "serve_rss_mb": hwm,
+            "scrape_bytes": d["bytes"],
+            "samples_scrape": d["timed"],
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def profile(ns: str, out: Path, n: int) -> dict[str, str]:
+    it = out / f"profile-importtime-{n}.txt"
+    cp = out / f"profile-cprofile-{n}.txt"
+    p = sh(lab_build.in_ns(ns, PY, "-X", "importtime", "-m", "agent.cli", "audit", "--json"))
+    rows = []
+    for line in p.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line and "cumulative" not in line:
+            self_us, cum_us, name = line[len("import time:") :].split("|")
+            rows.append((int(cum_us), int(self_us), name.rstrip()))
+    top = sorted((r for r in rows if not r[2].startswith("  ")), reverse=True)[:15]
+    total = sum(r[0] for r in rows if not r[2].startswith("  "))
+    it.write_text(
+        f"python -X importtime -m agent.cli audit --json (n={n}); "
+        f"top-level imports: {total / 1e6:.2f}s\n"
+        + "".join(f"{c / 1e6:8.3f}s cum {s / 1e6:8.3f}s self {name}\n" for c, s, name in top)
+        + "\n--- raw ---\n"
+        + p.stderr
+    )
+    prof = out / f"audit-{n}.prof"
+    sh(
+        lab_build.in_ns(
+            ns, PY, "-m", "cProfile", "-o", str(prof), "-m", "agent.cli", "audit", "--json"
+        )
+    )
+    q = sh(
+        [
+            PY,
+            "-c",
+            "import pstats,sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(40)",
+            str(prof),
+        ]
+    )
+    cp.write_text(f"python -m cProfile -s cumtime -m agent.cli audit --json (n={n})\n" + q.stdout)
+    return {"importtime": it.name, "cprofile": cp.name}
+
+
+def growth(results: list[dict[str, Any]], key: str) -> float | None:
+    pts = [(r["n"], r.get(key)) for r in results if r.get(key)]
+    if len(pts) < 2 or pts[0][0] == pts[-1][0]:
+        return None
+    (n0, t0), (n1, t1) = pts[0], pts[-1]
+    return math.log(t1 / t0) / math.log(n1 / n0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.suite")
+    ap.add_argument("--sizes", default="1000,5000,10000,20000")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cleanup-repeat", type=int, default=0, help="default: --repeat")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("VM_OUT", "/tmp")))
+    ap.add_argument("--render-dir", type=Path)
+    ap.add_argument("--profile-at", type=int, default=10000)
+    ap.add_argument("--command", default="bench/run", help="recorded in results.md")
+    ap.add_argument("--meta", default="{}", help="JSON recorded in results.json (host facts)")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    if args.profile_at not in sizes:
+        args.profile_at = max((s for s in sizes if s <= args.profile_at), default=sizes[-1])
+    args.out.mkdir(parents=True, exist_ok=True)
+    logf = (args.out / "bench.log").open("a")
+
+    def log(msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    if not os.access("/usr/bin/time", os.X_OK):
+        raise SystemExit("bench: /usr/bin/time missing (Debian package 'time')")
+    subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "dummy"], check=True)
+    meta = {
+        **json.loads(args.meta),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "nft": sh(["nft", "--version"]).stdout.strip(),
+        "iptables": sh(["iptables", "--version"]).stdout.strip(),
+        "ipvsadm": sh(["ipvsadm", "--version"]).stdout.strip(),
+        "sizes": sizes,
+        "repeat": args.repeat,
+        "command": args.command,
+    }
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        for n in sizes:
+            results.append(measure_size(n, args, Path(tmp), log))
+            doc = {"meta": meta, "results": results}
+            (args.out / "results.json").write_text(json.dumps(doc, indent=2))
+    keys = (
+        "pipeline_s",
+        "floor_s",
+        "floor_inproc_s",
+        "audit_s",
+        "scrape_s",
+        "cleanup_s",
+        "baseline_cleanup_s",
+        "build_s",
+        "audit_rss_mb",
+        "serve_rss_mb",
+    )
+    doc = {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
+    (args.out / "results.json").write_text(json.dumps(doc, indent=2))
+    (args.out / "results.md").write_text(report.markdown(doc))
+    log("done: results.json, results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
