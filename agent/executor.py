@@ -10,6 +10,8 @@ from pathlib import Path
 
 from agent import tools
 from agent.backup import SAVE_TOOL
+from agent.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
+from agent.netlink import GenericNetlink, NetlinkError
 from agent.plan import Step
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
@@ -23,23 +25,36 @@ class Outcome:
     detail: str = ""
 
 
-def _ipvs(step: Step) -> Outcome:
-    from pyroute2 import IPVS, IPVSService
-    from pyroute2.netlink.exceptions import NetlinkError
+class _Ipvs:
+    """Deletes virtual servers one by one over a single generic-netlink socket.
 
-    svc = step.service
-    assert svc is not None
-    key = IPVSService(
-        addr=svc.address, port=svc.port, protocol={"TCP": 6, "UDP": 17, "SCTP": 132}[svc.protocol]
-    )
-    with IPVS() as ipvs:
+    One request per owned service (never IPVS_CMD_FLUSH, which would take foreign ones too);
+    the socket is opened on the first IPVS step, because pyroute2's per-request setup cost
+    (~1 ms, a family lookup each time) made 10,000 deletions take seconds.
+    """
+
+    def __init__(self) -> None:
+        self._genl: GenericNetlink | None = None
+
+    def __call__(self, step: Step) -> Outcome:
+        assert step.service is not None
+        if self._genl is None:
+            self._genl = GenericNetlink("IPVS")
+        body = service_key(step.service)
         try:
-            ipvs.service("del", service=key)
+            for _ in self._genl.request(
+                self._genl.family_id, CMD_DEL_SERVICE, GENL_VERSION, body, dump=False
+            ):
+                pass
         except NetlinkError as exc:
-            if exc.code == errno.ESRCH:
+            if exc.errno == errno.ESRCH:
                 return Outcome(step, "gone")
             raise
-    return Outcome(step, "done")
+        return Outcome(step, "done")
+
+    def close(self) -> None:
+        if self._genl is not None:
+            self._genl.close()
 
 
 def _iptables(step: Step) -> Outcome:
@@ -100,7 +115,6 @@ def _sysctl(step: Step) -> Outcome:
 
 
 _ACTIONS: dict[str, Callable[[Step], Outcome]] = {
-    "delete-ipvs-service": _ipvs,
     "iptables-table": _iptables,
     "destroy-ipset": _ipset,
     "delete-link": _link,
@@ -113,13 +127,18 @@ def execute(
 ) -> list[Outcome]:
     """Run every step; a failed step is reported and the others still run."""
     outcomes = []
-    for i, step in enumerate(steps):
-        if i and step_delay:
-            time.sleep(step_delay)
-        try:
-            outcome = _ACTIONS[step.action](step)
-        except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others
-            outcome = Outcome(step, "failed", f"{type(exc).__name__}: {exc}")
-        report(outcome)
-        outcomes.append(outcome)
+    ipvs = _Ipvs()
+    actions: dict[str, Callable[[Step], Outcome]] = {**_ACTIONS, "delete-ipvs-service": ipvs}
+    try:
+        for i, step in enumerate(steps):
+            if i and step_delay:
+                time.sleep(step_delay)
+            try:
+                outcome = actions[step.action](step)
+            except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others
+                outcome = Outcome(step, "failed", f"{type(exc).__name__}: {exc}")
+            report(outcome)
+            outcomes.append(outcome)
+    finally:
+        ipvs.close()
     return outcomes

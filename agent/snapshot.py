@@ -7,8 +7,9 @@ read, and carries the error text.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, overload
 
 Status = Literal["ok", "absent", "error"]
 T = TypeVar("T", covariant=True)
@@ -36,6 +37,50 @@ class IpvsDest:
     persist_conns: int = 0
 
 
+class LazyDests(Sequence[IpvsDest]):
+    """Real servers as the kernel sent them, decoded on first look.
+
+    The scrape and the counts only need how many there are; decoding ~3 per Service was 40% of
+    reading IPVS at 1,000 Services. Compares equal to the tuple of the decoded servers.
+    """
+
+    __slots__ = ("_raw", "_decode", "_decoded")
+
+    def __init__(
+        self, raw: tuple[memoryview, ...], decode: Callable[[memoryview], IpvsDest]
+    ) -> None:
+        self._raw = raw
+        self._decode = decode
+        self._decoded: tuple[IpvsDest, ...] | None = None
+
+    def _all(self) -> tuple[IpvsDest, ...]:
+        if self._decoded is None:
+            self._decoded = tuple(self._decode(r) for r in self._raw)
+            self._raw = ()
+        return self._decoded
+
+    def __len__(self) -> int:
+        return len(self._decoded) if self._decoded is not None else len(self._raw)
+
+    @overload
+    def __getitem__(self, i: int) -> IpvsDest: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[IpvsDest]: ...
+    def __getitem__(self, i: int | slice) -> IpvsDest | Sequence[IpvsDest]:
+        return self._all()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
 @dataclass(frozen=True)
 class IpvsService:
     family: int  # 4 or 6
@@ -46,7 +91,7 @@ class IpvsService:
     scheduler: str
     flags: int
     timeout: int
-    dests: tuple[IpvsDest, ...] = ()
+    dests: Sequence[IpvsDest] = ()
 
     @property
     def key(self) -> str:

@@ -7,26 +7,44 @@ seconds. The attribute numbers are the kernel's (include/uapi/linux/ip_vs.h).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
-import ipaddress
+import functools
 import socket
 import struct
 
+from agent.ipvs_wire import (
+    ATTR_DEST,
+    ATTR_SERVICE,
+    CMD_GET_DEST,
+    CMD_GET_SERVICE,
+    DEST_ACTIVE,
+    DEST_ADDR,
+    DEST_FAMILY,
+    DEST_FWD,
+    DEST_INACT,
+    DEST_PERSIST,
+    DEST_PORT,
+    DEST_WEIGHT,
+    GENL_VERSION,
+    PROTOCOLS,
+    SVC_ADDR,
+    SVC_AF,
+    SVC_FLAGS,
+    SVC_FWMARK,
+    SVC_PORT,
+    SVC_PROTOCOL,
+    SVC_SCHED,
+    SVC_TIMEOUT,
+    service_key,
+)
 from agent.kernel import Presence, presence
-from agent.netlink import NLA_F_NESTED, GenericNetlink, NetlinkError, attr, attrs
+from agent.netlink import GenericNetlink, NetlinkError, attrs
 from agent.readers._timing import Absent, timed
-from agent.snapshot import IpvsDest, IpvsService, Reading
+from agent.snapshot import IpvsDest, IpvsService, LazyDests, Reading
 
-PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
 _FWD_MASK = 0x7
-GENL_VERSION = 1
-CMD_GET_SERVICE, CMD_GET_DEST = 4, 8
-ATTR_SERVICE, ATTR_DEST = 1, 2
-SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
-SVC_SCHED, SVC_FLAGS, SVC_TIMEOUT = 6, 7, 8
-DEST_ADDR, DEST_PORT, DEST_FWD, DEST_WEIGHT = 1, 2, 3, 4
-DEST_ACTIVE, DEST_INACT, DEST_PERSIST, DEST_FAMILY = 7, 8, 9, 11
 
 
 def _u(view: memoryview | None, fmt: str = "=I") -> int:
@@ -36,8 +54,10 @@ def _u(view: memoryview | None, fmt: str = "=I") -> int:
 def _ip(view: memoryview | None, family: int) -> str | None:
     if view is None:
         return None
-    raw = bytes(view)
-    return str(ipaddress.ip_address(raw[:16] if family == socket.AF_INET6 else raw[:4]))
+    # The kernel sends a 16-byte union nf_inet_addr for either family.
+    if family == socket.AF_INET6:
+        return socket.inet_ntop(socket.AF_INET6, view[:16])
+    return socket.inet_ntop(socket.AF_INET, view[:4])
 
 
 def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
@@ -48,15 +68,6 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
     proto = _u(svc.get(SVC_PROTOCOL), "=H")
     flags = svc.get(SVC_FLAGS)
     sched = bytes(svc.get(SVC_SCHED) or b"").split(b"\0", 1)[0].decode()
-    key_attrs = [attr(SVC_AF, struct.pack("=H", af))]
-    if fwmark:
-        key_attrs.append(attr(SVC_FWMARK, struct.pack("=I", fwmark)))
-    else:
-        key_attrs += [
-            attr(SVC_PROTOCOL, struct.pack("=H", proto)),
-            attr(SVC_ADDR, bytes(svc[SVC_ADDR])),
-            attr(SVC_PORT, bytes(svc[SVC_PORT])),
-        ]
     service = IpvsService(
         family=6 if af == socket.AF_INET6 else 4,
         protocol="FWM" if fwmark else PROTOCOLS.get(proto, str(proto)),
@@ -67,7 +78,7 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
         flags=_u(flags),
         timeout=_u(svc.get(SVC_TIMEOUT)),
     )
-    return service, attr(ATTR_SERVICE | NLA_F_NESTED, b"".join(key_attrs))
+    return service, service_key(service)
 
 
 def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
@@ -102,11 +113,9 @@ def _read() -> tuple[IpvsService, ...]:
         out = []
         for svc, key in found:
             af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
-            dests = tuple(
-                parse_dest(p, af)
-                for p in genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key)
-            )
-            out.append(IpvsService(**{**svc.__dict__, "dests": dests}))
+            raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
+            dests = LazyDests(raw, functools.partial(parse_dest, service_family=af))
+            out.append(dataclasses.replace(svc, dests=dests))
     return tuple(out)
 
 

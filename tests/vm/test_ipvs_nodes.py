@@ -95,3 +95,30 @@ def test_a_read_decodes_no_cluster_ip_set_members(netns: Callable[[], str]) -> N
             ]
         )
     )
+
+
+def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
+    """A scrape only counts real servers: rendering the metrics must leave every one undecoded,
+    while the report (which names them) decodes them on demand and sees the same number."""
+    ns = netns()
+    build.build(ns, realistic_node(with_ipvs=True))
+    code = (
+        "from prometheus_client import CollectorRegistry, generate_latest;"
+        "from agent.cli import _collection;"
+        "from agent.collect import Options;"
+        "from agent.metrics import AgentCollector, SharedCollection;"
+        "col = _collection(Options(timeout=1), 300.0);"
+        "reg = CollectorRegistry();"
+        "reg.register(AgentCollector(SharedCollection(lambda: col, 60.0)));"
+        "generate_latest(reg);"
+        "svcs = col.snapshot.ipvs.data;"
+        "print(sum(s.dests._decoded is not None for s in svcs), len(svcs),"
+        " sum(len(s.dests) for s in svcs), sum(len(tuple(s.dests)) for s in svcs))"
+    )
+    out = build.run(["ip", "netns", "exec", ns, "python", "-c", code]).split()
+    decoded, services, counted, decoded_count = map(int, out)
+    want = oracle.expected(realistic_node(with_ipvs=True))
+    assert decoded == 0
+    assert services == want["ipvs_virtual_servers"] + want["foreign"]["ipvs_virtual_servers"]
+    assert counted == decoded_count
+    assert counted == want["ipvs_real_servers"] + want["foreign"]["ipvs_real_servers"]

@@ -1,0 +1,45 @@
+"""IPVS generic-netlink numbers (include/uapi/linux/ip_vs.h) and the service key encoding.
+
+Shared by the reader (dumps) and the executor (deletes), so both name a virtual server the
+same way the kernel does.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from agent.netlink import NLA_F_NESTED, attr
+from agent.snapshot import IpvsService
+
+GENL_VERSION = 1
+CMD_DEL_SERVICE, CMD_GET_SERVICE, CMD_GET_DEST = 3, 4, 8
+ATTR_SERVICE, ATTR_DEST = 1, 2
+SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
+SVC_SCHED, SVC_FLAGS, SVC_TIMEOUT = 6, 7, 8
+DEST_ADDR, DEST_PORT, DEST_FWD, DEST_WEIGHT = 1, 2, 3, 4
+DEST_ACTIVE, DEST_INACT, DEST_PERSIST, DEST_FAMILY = 7, 8, 9, 11
+PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
+PROTOCOL_NUMBERS = {name: number for number, name in PROTOCOLS.items()}
+
+
+def _protocol_number(name: str) -> int:
+    # The reader spells protocols it has no name for as their number.
+    return PROTOCOL_NUMBERS.get(name) or int(name)
+
+
+def service_key(svc: IpvsService) -> bytes:
+    """The nested IPVS_CMD_ATTR_SERVICE that names `svc` (as ipvsadm sends it)."""
+    af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
+    parts = [attr(SVC_AF, struct.pack("=H", af))]
+    if svc.fwmark:
+        parts.append(attr(SVC_FWMARK, struct.pack("=I", svc.fwmark)))
+    else:
+        assert svc.address is not None and svc.port is not None
+        packed = socket.inet_pton(af, svc.address).ljust(16, b"\0")
+        parts += [
+            attr(SVC_PROTOCOL, struct.pack("=H", _protocol_number(svc.protocol))),
+            attr(SVC_ADDR, packed),
+            attr(SVC_PORT, struct.pack("!H", svc.port)),
+        ]
+    return attr(ATTR_SERVICE | NLA_F_NESTED, b"".join(parts))
