@@ -48,6 +48,17 @@ def filter_ipvsadm_save(text: str, keys: set[tuple[str, str]]) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def filter_ipset_save(text: str, names: list[str]) -> str:
+    """The `create` and `add` lines of `ipset save` output that belong to the given sets."""
+    wanted = set(names)
+    out = []
+    for line in text.splitlines():
+        words = line.split(None, 2)
+        if len(words) >= 2 and words[0] in ("create", "add") and words[1] in wanted:
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def iptables_restore_text(changes: list[TableChange]) -> str:
     """Re-creates removed chains with their rules, and the jumps at their old positions."""
     lines: list[str] = []
@@ -90,7 +101,8 @@ def write_bundle(base: Path, plan: Plan) -> Path:
 
     sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
     if sets:
-        (folder / "ipset.save").write_text("".join(tools.run(["ipset", "save", n]) for n in sets))
+        # One `ipset save` for all sets: a process per set cost more than the dump itself.
+        (folder / "ipset.save").write_text(filter_ipset_save(tools.run(["ipset", "save"]), sets))
 
     by_file: dict[tuple[str, str], list[TableChange]] = defaultdict(list)
     for s in plan.steps:
