@@ -11,7 +11,7 @@ from pathlib import Path
 from agent import tools
 from agent.backup import SAVE_TOOL
 from agent.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
-from agent.netlink import GenericNetlink, NetlinkError
+from agent.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink
 from agent.plan import Step
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
@@ -67,18 +67,14 @@ def _iptables(step: Step) -> Outcome:
 
 
 def _ipset(step: Step) -> Outcome:
-    from pyroute2 import IPSet
-    from pyroute2.ipset import IPSetError
-
     assert step.ipset is not None
-    with IPSet() as ips:
+    with IpsetNetlink() as nl:
         try:
-            ips.destroy(step.ipset.name)
-        except IPSetError as exc:
-            code = getattr(exc, "code", None)
-            if code == errno.ENOENT:
+            nl.destroy(step.ipset.name)
+        except NetlinkError as exc:
+            if exc.errno == errno.ENOENT:
                 return Outcome(step, "gone")
-            if code == IPSET_IN_USE:
+            if exc.errno == IPSET_IN_USE:
                 return Outcome(
                     step,
                     "kept",
@@ -90,20 +86,20 @@ def _ipset(step: Step) -> Outcome:
 
 
 def _link(step: Step) -> Outcome:
-    from pyroute2 import IPRoute
-
     link = step.link
     assert link is not None
-    with IPRoute() as ipr:
-        found = ipr.link_lookup(ifname=link.name)
-        if not found:
+    with RtNetlink() as rt:
+        current = next((r for r in rt.link_rows() if r.name == link.name), None)
+        if current is None:
             return Outcome(step, "gone")
-        current = ipr.link("get", index=found[0])[0]
-        info = current.get_attr("IFLA_LINKINFO")
-        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
-        if kind != "dummy":  # the plan saw a dummy; something replaced it since
-            return Outcome(step, "kept", f"{link.name} is now of kind {kind}, not dummy")
-        ipr.link("del", index=found[0])
+        if current.kind != "dummy":  # the plan saw a dummy; something replaced it since
+            return Outcome(step, "kept", f"{link.name} is now of kind {current.kind}, not dummy")
+        try:
+            rt.delete_link(current.index)
+        except NetlinkError as exc:
+            if exc.errno == errno.ENODEV:
+                return Outcome(step, "gone")
+            raise
     return Outcome(step, "done")
 
 

@@ -15,26 +15,15 @@ from agent.readers._timing import timed
 from agent.snapshot import Link, Links, Reading
 
 KUBE_IPVS0 = "kube-ipvs0"
-_IFF_UP = 0x1
-IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-
-
-def _text(view: memoryview | None) -> str | None:
-    return None if view is None else bytes(view).split(b"\0", 1)[0].decode()
 
 
 def _read() -> Links:
     with RtNetlink() as rt:
         kube: tuple[int, str | None, bool] | None = None
-        for p in rt.links():
-            _, _, index, flags, _ = struct.unpack_from("=BxHiII", p)
-            a = attrs(p, 16)
-            name = _text(a.get(IFLA_IFNAME)) or ""
-            if name == KUBE_IPVS0:
-                info = a.get(IFLA_LINKINFO)
-                kind = _text(attrs(info).get(IFLA_INFO_KIND)) if info is not None else None
-                kube = (index, kind, bool(flags & _IFF_UP))
+        for row in rt.link_rows():
+            if row.name == KUBE_IPVS0:
+                kube = (row.index, row.kind, row.up)
         kube_addrs: list[str] = []
         node: list[str] = []
         for p in rt.addresses():

@@ -310,3 +310,27 @@ def test_a_kube_ipvs0_that_is_not_dummy_is_never_deleted(
     assert "delete-link" not in r.stdout
     link = build.run(["ip", "netns", "exec", ns, "ip", "-d", "-o", "link", "show", "kube-ipvs0"])
     assert " bridge " in link
+
+
+def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
+    """The executor's own netlink destroy: a set held by a list:set (which no reader follows)
+    is kept, a free one is destroyed, a missing one is gone, and no other set is touched."""
+    ns = netns()
+    for cmd in (
+        "create KUBE-LOOP-BACK hash:ip,port,ip",
+        "create KUBE-CLUSTER-IP hash:ip,port",
+        "create user-list list:set",
+        "add user-list KUBE-CLUSTER-IP",
+    ):
+        build.run(["ip", "netns", "exec", ns, "ipset", *cmd.split()])
+    code = (
+        "from agent.executor import execute; from agent.plan import Step;"
+        "from agent.snapshot import Ipset;"
+        "steps = [Step(3, 'destroy-ipset', n, (), ipset=Ipset(n, 'hash:ip', 4, 0, 0))"
+        " for n in ('KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK', 'KUBE-LOOP-BACK')];"
+        "print(' '.join(o.result for o in execute(steps, lambda o: None)))"
+    )
+    out = build.run(["ip", "netns", "exec", ns, "python", "-c", code]).split()
+    assert out == ["kept", "done", "gone"]
+    left = build.run(["ip", "netns", "exec", ns, "ipset", "list", "-n"]).split()
+    assert sorted(left) == ["KUBE-CLUSTER-IP", "user-list"]
