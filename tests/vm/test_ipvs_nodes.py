@@ -74,17 +74,22 @@ def test_stale_on_a_confirmed_nftables_node(netns: Callable[[], str], tmp_path: 
     assert r.stdout.splitlines()[-1].startswith("STALE: ")
 
 
+def _python_on_ipvs_node(netns: Callable[[], str], code: str) -> str:
+    """Run `code` in a fresh namespace holding the realistic ipvs-mode node; its stdout."""
+    ns = netns()
+    build.build(ns, realistic_node(with_ipvs=True))
+    return build.run(["ip", "netns", "exec", ns, "python", "-c", code])
+
+
 def test_a_read_decodes_no_cluster_ip_set_members(netns: Callable[[], str]) -> None:
     """The cheapest invariant of the hot path: only the small NodePort bitmaps are decoded
     (every other virtual server is attributed through kube-ipvs0)."""
-    ns = netns()
-    build.build(ns, realistic_node(with_ipvs=True))
     code = (
         "from agent.collect import Options, collect;"
         "s = collect(Options(timeout=1));"
         "print(sorted(x.name for x in s.ipsets.data if x.entries is not None))"
     )
-    out = build.run(["ip", "netns", "exec", ns, "python", "-c", code])
+    out = _python_on_ipvs_node(netns, code)
     assert out.strip() == str(
         sorted(
             [
@@ -100,8 +105,6 @@ def test_a_read_decodes_no_cluster_ip_set_members(netns: Callable[[], str]) -> N
 def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
     """A scrape only counts real servers: rendering the metrics must leave every one undecoded,
     while the report (which names them) decodes them on demand and sees the same number."""
-    ns = netns()
-    build.build(ns, realistic_node(with_ipvs=True))
     code = (
         "from prometheus_client import CollectorRegistry, generate_latest;"
         "from agent.cli import _collection;"
@@ -115,7 +118,7 @@ def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
         "print(sum(s.dests._decoded is not None for s in svcs), len(svcs),"
         " sum(len(s.dests) for s in svcs), sum(len(tuple(s.dests)) for s in svcs))"
     )
-    out = build.run(["ip", "netns", "exec", ns, "python", "-c", code]).split()
+    out = _python_on_ipvs_node(netns, code).split()
     decoded, services, counted, decoded_count = map(int, out)
     want = oracle.expected(realistic_node(with_ipvs=True))
     assert decoded == 0
