@@ -27,11 +27,14 @@ LABEL org.opencontainers.image.title="ipvs-leftovers" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
 
-# iptables: the agent runs iptables-legacy-save / iptables-nft-save and their ip6tables-*
-# twins as subprocesses (agent/readers/iptables.py). Everything else is netlink via pyroute2.
-# Pinned to bookworm's version: a Debian point release that replaces it fails the build loudly.
+# The tools the agent runs as subprocesses: iptables-{legacy,nft}-save/-restore and their
+# ip6tables twins (reading, and the cleanup's one transaction per table), and for the backup
+# bundle and `restore` (SPEC §5) `ipvsadm -S -n` / `ipvsadm -R` and `ipset save` / `restore`.
+# Reads and deletions of IPVS, sets and links are netlink from Python.
+# Pinned to bookworm's versions: a Debian point release that replaces one fails the build loudly.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables=1.8.9-2 \
+ && apt-get install -y --no-install-recommends \
+        iptables=1.8.9-2 ipset=7.17-1 ipvsadm=1:1.31-1+b1 \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=builder /opt/venv /opt/venv

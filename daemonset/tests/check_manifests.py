@@ -396,8 +396,32 @@ def cmd_dashboard(path: str, out: str) -> None:
     problems.exit()
 
 
+def cmd_image_tools(dockerfile: str, repo: str) -> None:
+    """Every command-line tool the agent runs is installed in the image (by its package)."""
+    problems = Problems()
+    sys.path.insert(0, repo)
+    from agent.tools import PACKAGES
+
+    used: set[str] = set()
+    for src in sorted(Path(repo, "agent").rglob("*.py")):
+        used |= set(re.findall(r'tools\.run\(\s*\[\s*"([A-Za-z0-9_.-]+)"', src.read_text()))
+    used |= set(PACKAGES)  # tools named through variables (iptables-*-save/-restore)
+    text = Path(dockerfile).read_text().replace("\\\n", " ")
+    installs = re.findall(r"apt-get install ([^&\n]+)", text)
+    packages = {w.split("=", 1)[0] for line in installs for w in line.split() if w[0] != "-"}
+    for tool in sorted(used):
+        package = PACKAGES.get(tool.split("-", 1)[0])
+        if package is None:
+            problems.add("agent", f"runs {tool}, which agent/tools.py PACKAGES does not name")
+        elif package not in packages:
+            problems.add("Dockerfile", f"does not install {package} (the agent runs {tool})")
+    print(f"  the image installs {', '.join(sorted(packages))}; the agent runs {len(used)} tools")
+    problems.exit()
+
+
 def main(argv: list[str]) -> None:
     commands = {
+        "image-tools": lambda a: cmd_image_tools(a[0], a[1]),
         "schemas": lambda a: cmd_schemas(a[0], a[1:]),
         "crds": lambda a: cmd_crds(a[0], a[1], a[2]),
         "extract-rules": lambda a: cmd_extract_rules(a[0], a[1]),
