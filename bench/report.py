@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,30 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def growth(results: list[dict[str, Any]], key: str) -> float | None:
+    """log(t_last / t_first) / log(N_last / N_first): 1.0 is linear."""
+    pts = [(r["n"], r.get(key)) for r in results if r.get(key)]
+    if len(pts) < 2 or pts[0][0] == pts[-1][0]:
+        return None
+    (n0, t0), (n1, t1) = pts[0], pts[-1]
+    return math.log(t1 / t0) / math.log(n1 / n0)
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' results.json as one table (sizes run in separate VM boots).
+
+    Every ratio is still within one size, measured in one run; only the growth exponents
+    span runs.
+    """
+    meta = dict(docs[0]["meta"])
+    meta["command"] = "`; `".join(d["meta"]["command"] for d in docs)
+    meta["commit"] = ", ".join(sorted({str(d["meta"].get("commit")) for d in docs}))
+    results = sorted((r for d in docs for r in d["results"]), key=lambda r: r["n"])
+    keys = {k for r in results for k, v in r.items() if k.endswith(("_s", "_mb")) and v}
+    return {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
+
+
 if __name__ == "__main__":
-    d = json.loads(Path(sys.argv[1]).read_text())
-    sys.stdout.write(markdown(d))
+    # python -m bench.report results.json [more.json ...] > results.md
+    found = [json.loads(Path(p).read_text()) for p in sys.argv[1:]]
+    sys.stdout.write(markdown(found[0] if len(found) == 1 else merge(found)))

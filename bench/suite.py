@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import math
 import os
 import platform
 import shutil
@@ -387,14 +386,6 @@ def profile_cleanup(ns: str, out: Path, n: int, work: Path) -> str:
     return cp.name
 
 
-def growth(results: list[dict[str, Any]], key: str) -> float | None:
-    pts = [(r["n"], r.get(key)) for r in results if r.get(key)]
-    if len(pts) < 2 or pts[0][0] == pts[-1][0]:
-        return None
-    (n0, t0), (n1, t1) = pts[0], pts[-1]
-    return math.log(t1 / t0) / math.log(n1 / n0)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.suite")
     ap.add_argument("--sizes", default="1000,5000,10000,20000")
@@ -452,7 +443,7 @@ def main() -> int:
         "audit_rss_mb",
         "serve_rss_mb",
     )
-    doc = {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
+    doc = {"meta": meta, "results": results, "growth": {k: report.growth(results, k) for k in keys}}
     (args.out / "results.json").write_text(json.dumps(doc, indent=2))
     (args.out / "results.md").write_text(report.markdown(doc))
     log("done: results.json, results.md")
