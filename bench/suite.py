@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -120,10 +121,14 @@ def state_fingerprint(ns: str) -> str:
         sh(lab_build.in_ns(ns, "ipset", "list", "-t")).stdout,
         sh(lab_build.in_ns(ns, "ipvsadm", "-S", "-n")).stdout,
     ]
-    # ipset: the hash seed (initval) is random per create and memory size follows from it
+    # ipset: the hash seed (initval) is random per create, and the memory size and the
+    # hashsize the set has grown to follow from it (10,000 Services: 4096 once, 2048 the next)
     volatile = ("#", "Size in memory:")
     return "\n".join(
-        x.split(" initval ")[0] for p in parts for x in p.splitlines() if not x.startswith(volatile)
+        re.sub(r" hashsize \d+", "", x.split(" initval ")[0])
+        for p in parts
+        for x in p.splitlines()
+        if not x.startswith(volatile)
     )
 
 
