@@ -163,6 +163,9 @@ class SharedCollection:
         with self._lock:
             now = time.monotonic()
             if self._last is None or now - self._at >= self._min_interval:
+                # Let go of the old reading first: holding both doubled serve's peak memory
+                # on a large node (the old one is stale the moment a new one is due).
+                self._last = None
                 self._last = self._collect()
                 self._at = time.monotonic()
                 self.count += 1
