@@ -87,7 +87,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     }
 
 
-def write_bundle(base: Path, plan: Plan) -> Path:
+def write_bundle(base: Path, plan: Plan, timeout: float = 60.0) -> Path:
     """Write the bundle; raises OSError or tools.ToolError, before anything has changed."""
     folder = base / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=False, mode=0o700)
@@ -95,14 +95,16 @@ def write_bundle(base: Path, plan: Plan) -> Path:
 
     services = [s.service for s in plan.steps if s.service is not None]
     if services:
-        saved = tools.run(["ipvsadm", "-S", "-n"])
+        saved = tools.run(["ipvsadm", "-S", "-n"], timeout=timeout)
         keys = {ipvsadm_key(s) for s in services}
         (folder / "ipvsadm.rules").write_text(filter_ipvsadm_save(saved, keys))
 
     sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
     if sets:
         # One `ipset save` for all sets: a process per set cost more than the dump itself.
-        (folder / "ipset.save").write_text(filter_ipset_save(tools.run(["ipset", "save"]), sets))
+        (folder / "ipset.save").write_text(
+            filter_ipset_save(tools.run(["ipset", "save"], timeout=timeout), sets)
+        )
 
     by_file: dict[tuple[str, str], list[TableChange]] = defaultdict(list)
     for s in plan.steps:
@@ -110,7 +112,9 @@ def write_bundle(base: Path, plan: Plan) -> Path:
             by_file[(s.table.backend, s.table.family)].append(s.table)
     for (backend, family), changes in by_file.items():
         stem = f"iptables-{backend}-{family}"
-        (folder / f"{stem}.save").write_text(tools.run([f"{SAVE_TOOL[(backend, family)]}-save"]))
+        (folder / f"{stem}.save").write_text(
+            tools.run([f"{SAVE_TOOL[(backend, family)]}-save"], timeout=timeout)
+        )
         (folder / f"{stem}.restore").write_text(iptables_restore_text(changes))
 
     links = [s.link for s in plan.steps if s.link is not None]

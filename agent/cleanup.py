@@ -37,6 +37,7 @@ class Settings:
     reset_arp_sysctls: bool = False
     pause_before_execute: float = 0.0  # hidden test hook: a window between backup and re-check
     step_delay: float = 0.0  # hidden test hook: a window between steps
+    tool_timeout: float = 60.0  # seconds per netfilter tool run (backup, iptables-restore)
 
 
 @dataclass
@@ -104,7 +105,7 @@ def apply(
         if refusal:
             raise Refused(refusal)
         try:
-            bundle = write_bundle(settings.backup_dir, plan)
+            bundle = write_bundle(settings.backup_dir, plan, settings.tool_timeout)
         except Exception as exc:  # noqa: BLE001 - no change has been made yet
             raise CleanupError(
                 f"cannot write the backup under {settings.backup_dir}: {exc}; nothing was changed"
@@ -127,7 +128,7 @@ def apply(
             detail = f": {o.detail}" if o.detail else ""
             say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
 
-        outcomes = execute(plan.steps, report, settings.step_delay)
+        outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
     remaining = collect().classification.leftovers
     say(f"after: {len(remaining)} ipvs-mode objects remain")
     for k in plan.kept:

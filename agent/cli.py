@@ -12,7 +12,7 @@ import click
 from agent import __version__, exitcodes
 from agent.collect import Options
 from agent.collection import Collection
-from agent.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE
+from agent.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -309,6 +309,7 @@ def serve(
     help="Also reset strictARP's arp_ignore=1/arp_announce=2 to 0 (never ip_forward).",
 )
 @MAX_SYNC_AGE
+@TOOL_TIMEOUT
 @click.option("--pause-before-execute", type=float, default=0.0, hidden=True)
 @click.option("--step-delay", type=float, default=0.0, hidden=True)
 @click.pass_context
@@ -319,6 +320,7 @@ def cleanup(
     lock_file: str,
     reset_arp_sysctls: bool,
     max_sync_age: float,
+    tool_timeout: float,
     pause_before_execute: float,
     step_delay: float,
 ) -> None:
@@ -334,7 +336,12 @@ def cleanup(
     _require_permission()
     opts = ctx.obj["options"]
     settings = procedure.Settings(
-        Path(backup_dir), Path(lock_file), reset_arp_sysctls, pause_before_execute, step_delay
+        Path(backup_dir),
+        Path(lock_file),
+        reset_arp_sysctls,
+        pause_before_execute,
+        step_delay,
+        tool_timeout,
     )
 
     def collect() -> Collection:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,12 +58,12 @@ class _Ipvs:
             self._genl.close()
 
 
-def _iptables(step: Step) -> Outcome:
+def _iptables(step: Step, timeout: float = 60.0) -> Outcome:
     ch = step.table
     assert ch is not None
     tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
     # One transaction per table: all or nothing, under the xtables lock.
-    tools.run([tool, "-w", XTABLES_WAIT, "--noflush"], stdin=ch.restore_text())
+    tools.run([tool, "-w", XTABLES_WAIT, "--noflush"], stdin=ch.restore_text(), timeout=timeout)
     return Outcome(step, "done")
 
 
@@ -119,12 +120,19 @@ _ACTIONS: dict[str, Callable[[Step], Outcome]] = {
 
 
 def execute(
-    steps: tuple[Step, ...], report: Callable[[Outcome], None], step_delay: float = 0.0
+    steps: tuple[Step, ...],
+    report: Callable[[Outcome], None],
+    step_delay: float = 0.0,
+    tool_timeout: float = 60.0,
 ) -> list[Outcome]:
     """Run every step; a failed step is reported and the others still run."""
     outcomes = []
     ipvs = _Ipvs()
-    actions: dict[str, Callable[[Step], Outcome]] = {**_ACTIONS, "delete-ipvs-service": ipvs}
+    actions: dict[str, Callable[[Step], Outcome]] = {
+        **_ACTIONS,
+        "delete-ipvs-service": ipvs,
+        "iptables-table": functools.partial(_iptables, timeout=tool_timeout),
+    }
     try:
         for i, step in enumerate(steps):
             if i and step_delay:

@@ -56,7 +56,7 @@ spec:
               memory: 64Mi
             limits:
               cpu: "1"
-              memory: 256Mi
+              memory: 512Mi
           securityContext:
             runAsUser: 0
             runAsNonRoot: false

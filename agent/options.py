@@ -18,6 +18,14 @@ BACKUP_DIR = click.option(
     show_default=True,
     help="A backup bundle is written here, one folder per run, before the first change.",
 )
+TOOL_TIMEOUT = click.option(
+    "--tool-timeout",
+    type=click.FloatRange(min=1, max=3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds each netfilter tool may take (ipvsadm -S, ipset save, iptables-*-save and "
+    "-restore). Past it the cleanup refuses before any change; raise it on very large nodes.",
+)
 LOCK_FILE = click.option(
     "--lock-file",
     type=click.Path(dir_okay=False),

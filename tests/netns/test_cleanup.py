@@ -3,6 +3,7 @@ idempotence, interruption and restore. IPVS and kube-ipvs0 are covered in tests/
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -334,3 +335,40 @@ def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
     assert out == ["kept", "done", "gone"]
     left = build.run(["ip", "netns", "exec", ns, "ipset", "list", "-n"]).split()
     assert sorted(left) == ["KUBE-CLUSTER-IP", "user-list"]
+
+
+def test_a_tool_past_its_timeout_refuses_before_any_change(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """At 20,000 Services under the VM, `ipset save` outran the 60 s tool timeout: the cleanup
+    must then stop before the first change, say which tool and how to raise the limit."""
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "ipset").write_text("#!/bin/sh\nsleep 30\n")
+    (slow / "ipset").chmod(0o755)
+    with node(netns, tmp_path, state=CONFIRMED) as (ns, _):
+        before = dump(ns)
+        r = run_agent(
+            ns,
+            "cleanup",
+            "--apply",
+            "--tool-timeout",
+            "1",
+            "--backup-dir",
+            str(tmp_path / "backup"),
+            "--lock-file",
+            str(tmp_path / "lock"),
+            env={"PATH": f"{slow}:{os.environ['PATH']}"},
+        )
+        assert r.rc == 4, r
+        assert r.stderr.strip().splitlines() == [
+            f"ipvs-leftovers: cannot write the backup under {tmp_path / 'backup'}: "
+            "ipset did not finish within 1s; nothing was changed"
+        ]
+        assert dump(ns) == before
+
+
+def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) -> None:
+    r = run_agent(netns(), "cleanup", "--tool-timeout", "0")
+    assert r.rc == 2
+    assert "--tool-timeout" in r.stderr
