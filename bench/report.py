@@ -36,6 +36,10 @@ GROWTH = (
 )
 
 
+def _ratio(r: dict[str, Any], a: str, b: str) -> float | None:
+    return r[a] / r[b] if r.get(a) and r.get(b) else None
+
+
 def _f(x: float | None, d: int = 2) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
@@ -75,15 +79,13 @@ def markdown(doc: dict[str, Any]) -> str:
         "|---:|---:|---:|---:|---:|",
     ]
     for r in rs:
-        if "cleanup_s" not in r:
-            continue
         ratios = (
-            r["scrape_s"] / r["pipeline_s"],
-            r["scrape_s"] / r["floor_s"],
-            r["audit_s"] / r["pipeline_s"],
-            r["cleanup_s"] / r["baseline_cleanup_s"],
+            _ratio(r, "scrape_s", "pipeline_s"),
+            _ratio(r, "scrape_s", "floor_s"),
+            _ratio(r, "audit_s", "pipeline_s"),
+            _ratio(r, "cleanup_s", "baseline_cleanup_s"),
         )
-        out.append(f"| {r['n']:,} | " + " | ".join(f"{x:.2f}" for x in ratios) + " |")
+        out.append(f"| {r['n']:,} | " + " | ".join(_f(x) for x in ratios) + " |")
     at = next((r for r in rs if r["n"] == 10000), rs[-1] if rs else None)
     if at is not None and "cleanup_s" in at:
         out += [
@@ -112,11 +114,13 @@ def markdown(doc: dict[str, Any]) -> str:
             "",
             "1.0 is linear; the target is ≤ 1.0 (within noise) for the agent's measures.",
             "",
-            "| measure | exponent |",
-            "|---|---:|",
+            "| measure | exponent | sizes |",
+            "|---|---:|---|",
         ]
         for label, key in GROWTH:
-            out.append(f"| {label} | {_f(g.get(key))} |")
+            have = [r["n"] for r in rs if r.get(key)]
+            span = f"{have[0]:,} → {have[-1]:,}" if len(have) >= 2 else "—"
+            out.append(f"| {label} | {_f(g.get(key))} | {span} |")
     out += [
         "",
         "## Cleanup against the least SPEC §5's procedure can cost",
@@ -158,6 +162,8 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     out += ["", "Counts checked equal between the shell pipeline and the floor at every size:", ""]
     for r in rs:
+        if "counts" not in r:
+            continue
         c = r["counts"]["floor"]
         out.append(
             f"- {r['n']:,}: {c['ipvs_services']} IPVS services, {c['ipvs_dests']} real servers, "
@@ -187,7 +193,12 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     meta["command"] = "`; `".join(d["meta"]["command"] for d in docs)
     meta["commit"] = ", ".join(sorted({str(d["meta"].get("commit")) for d in docs}))
     results = sorted((r for d in docs for r in d["results"]), key=lambda r: r["n"])
-    keys = {k for r in results for k, v in r.items() if k.endswith(("_s", "_mb")) and v}
+    keys = {
+        k
+        for r in results
+        for k, v in r.items()
+        if k.endswith(("_s", "_mb")) and isinstance(v, int | float)
+    }
     return {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
 
 
