@@ -73,6 +73,11 @@ BACKUP_TOOLS = (
 )
 
 
+# The default 60 s per tool is about 2 s of a real node's time under TCG: at 20,000 Services
+# `ipset save` outran it and the cleanup (rightly) refused.
+TOOL_TIMEOUT = ("--tool-timeout", "3600")
+
+
 def sh(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, text=True, capture_output=True, **kw)
 
@@ -229,6 +234,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
                     str(backup),
                     "--lock-file",
                     str(lock),
+                    *TOOL_TIMEOUT,
                 )
             )
             agent_c.append(t)
@@ -376,7 +382,7 @@ def profile_cleanup(ns: str, out: Path, n: int, work: Path) -> str:
     cp = out / f"profile-cleanup-{n}.txt"
     prof = out / f"cleanup-{n}.prof"
     args = ["cleanup", "--apply", "--backup-dir", str(work / "backup-prof")]
-    args += ["--lock-file", str(work / f"lock-{n}")]
+    args += ["--lock-file", str(work / f"lock-{n}"), *TOOL_TIMEOUT]
     sh(lab_build.in_ns(ns, PY, "-m", "cProfile", "-o", str(prof), "-m", "agent.cli", *args))
     q = sh(
         [
