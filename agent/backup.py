@@ -87,7 +87,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     }
 
 
-def write_bundle(base: Path, plan: Plan, timeout: float = 60.0) -> Path:
+def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT) -> Path:
     """Write the bundle; raises OSError or tools.ToolError, before anything has changed."""
     folder = base / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=False, mode=0o700)

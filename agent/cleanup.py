@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import exitcodes, lock
+from agent import exitcodes, lock, tools
 from agent.backup import write_bundle
 from agent.collection import Collection
 from agent.executor import Outcome, execute
@@ -37,7 +37,7 @@ class Settings:
     reset_arp_sysctls: bool = False
     pause_before_execute: float = 0.0  # hidden test hook: a window between backup and re-check
     step_delay: float = 0.0  # hidden test hook: a window between steps
-    tool_timeout: float = 60.0  # seconds per netfilter tool run (backup, iptables-restore)
+    tool_timeout: float = tools.DEFAULT_TIMEOUT  # per netfilter tool run (backup, restore)
 
 
 @dataclass

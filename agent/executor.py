@@ -41,12 +41,8 @@ class _Ipvs:
         assert step.service is not None
         if self._genl is None:
             self._genl = GenericNetlink("IPVS")
-        body = service_key(step.service)
         try:
-            for _ in self._genl.request(
-                self._genl.family_id, CMD_DEL_SERVICE, GENL_VERSION, body, dump=False
-            ):
-                pass
+            self._genl.family_command(CMD_DEL_SERVICE, GENL_VERSION, service_key(step.service))
         except NetlinkError as exc:
             if exc.errno == errno.ESRCH:
                 return Outcome(step, "gone")
@@ -58,7 +54,7 @@ class _Ipvs:
             self._genl.close()
 
 
-def _iptables(step: Step, timeout: float = 60.0) -> Outcome:
+def _iptables(step: Step, timeout: float) -> Outcome:
     ch = step.table
     assert ch is not None
     tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
@@ -111,8 +107,8 @@ def _sysctl(step: Step) -> Outcome:
     return Outcome(step, "done")
 
 
+# Actions without per-run state; execute() adds the IPVS socket and the iptables timeout.
 _ACTIONS: dict[str, Callable[[Step], Outcome]] = {
-    "iptables-table": _iptables,
     "destroy-ipset": _ipset,
     "delete-link": _link,
     "reset-sysctl": _sysctl,
@@ -123,7 +119,7 @@ def execute(
     steps: tuple[Step, ...],
     report: Callable[[Outcome], None],
     step_delay: float = 0.0,
-    tool_timeout: float = 60.0,
+    tool_timeout: float = tools.DEFAULT_TIMEOUT,
 ) -> list[Outcome]:
     """Run every step; a failed step is reported and the others still run."""
     outcomes = []

@@ -31,6 +31,7 @@ NLA_F_NESTED = 0x8000
 NLA_F_NET_BYTEORDER = 0x4000
 _NLMSG = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")
+_GENL = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
 _RECV = 1 << 20
 
 
@@ -54,6 +55,11 @@ def attrs(data: bytes | memoryview, offset: int = 0) -> dict[int, memoryview]:
         ]
         offset += (length + 3) & ~3
     return out
+
+
+def nul_text(view: memoryview | None) -> str:
+    """A NUL-terminated string attribute; an absent one reads as ""."""
+    return bytes(view or b"").split(b"\0", 1)[0].decode()
 
 
 class NetlinkError(OSError):
@@ -111,6 +117,11 @@ class NetlinkSocket:
                     raise NetlinkError(code, os.strerror(code))
                 yield body
 
+    def command(self, msg_type: int, payload: bytes, flags: int = 0) -> None:
+        """Send one change request and wait for its ACK; a refusal raises NetlinkError."""
+        for _ in self.raw_request(msg_type, payload, dump=False, flags=flags):
+            pass
+
 
 class GenericNetlink(NetlinkSocket):
     """A NETLINK_GENERIC socket bound to one family."""
@@ -135,7 +146,11 @@ class GenericNetlink(NetlinkSocket):
         self, msg_type: int, cmd: int, version: int, body: bytes, dump: bool = True
     ) -> Iterator[memoryview]:
         """Yield each answer's payload, the 4-byte genl header included."""
-        return self.raw_request(msg_type, struct.pack("=BBH", cmd, version, 0) + body, dump)
+        return self.raw_request(msg_type, _GENL.pack(cmd, version, 0) + body, dump)
+
+    def family_command(self, cmd: int, version: int, body: bytes) -> None:
+        """One change request to the bound family; waits for its ACK."""
+        self.command(self.family_id, _GENL.pack(cmd, version, 0) + body)
 
 
 class NfTables(NetlinkSocket):
@@ -180,10 +195,8 @@ class IpsetNetlink(NetlinkSocket):
             raise ValueError("refusing to destroy every set: no set name given")
         body = attr(1, bytes([self.PROTOCOL])) + attr(2, name.encode() + b"\0")
         header = struct.pack("=BBH", socket.AF_INET, 0, 0)
-        msg = (self.SUBSYS << 8) | self.CMD_DESTROY
         # Without NLM_F_EXCL the kernel treats a missing set as `-exist` and answers success.
-        for _ in self.raw_request(msg, header + body, dump=False, flags=NLM_F_EXCL):
-            pass
+        self.command((self.SUBSYS << 8) | self.CMD_DESTROY, header + body, NLM_F_EXCL)
 
 
 def count_attrs(data: memoryview) -> int:
@@ -204,10 +217,6 @@ class LinkRow:
     name: str
     kind: str | None
     up: bool
-
-
-def _text(view: memoryview | None) -> str | None:
-    return None if view is None else bytes(view).split(b"\0", 1)[0].decode()
 
 
 class RtNetlink(NetlinkSocket):
@@ -232,15 +241,13 @@ class RtNetlink(NetlinkSocket):
             _, _, index, flags, _ = struct.unpack_from("=BxHiII", p)
             a = attrs(p, 16)
             info = a.get(self.IFLA_LINKINFO)
-            kind = _text(attrs(info).get(self.IFLA_INFO_KIND)) if info is not None else None
+            kind = nul_text(attrs(info).get(self.IFLA_INFO_KIND)) if info is not None else None
             up = bool(flags & self.IFF_UP)
-            yield LinkRow(index, _text(a.get(self.IFLA_IFNAME)) or "", kind, up)
+            yield LinkRow(index, nul_text(a.get(self.IFLA_IFNAME)), kind or None, up)
 
     def delete_link(self, index: int) -> None:
         """`ip link del` of the link with this index."""
-        body = struct.pack("=BxHiII", 0, 0, index, 0, 0)
-        for _ in self.raw_request(self.RTM_DELLINK, body, dump=False):
-            pass
+        self.command(self.RTM_DELLINK, struct.pack("=BxHiII", 0, 0, index, 0, 0))
 
     def addresses(self) -> Iterator[memoryview]:
         """Each address's ifaddrmsg (8 bytes) and attributes."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from agent.tools import DEFAULT_TIMEOUT
+
 MAX_SYNC_AGE = click.option(
     "--max-sync-age",
     type=click.FloatRange(min=1),
@@ -21,7 +23,7 @@ BACKUP_DIR = click.option(
 TOOL_TIMEOUT = click.option(
     "--tool-timeout",
     type=click.FloatRange(min=1, max=3600),
-    default=60.0,
+    default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds each netfilter tool may take (ipvsadm -S, ipset save, iptables-*-save and "
     "-restore). Past it the cleanup refuses before any change; raise it on very large nodes.",

@@ -14,6 +14,9 @@ PACKAGES = {
 }
 
 
+DEFAULT_TIMEOUT = 60.0  # seconds a tool may run; `cleanup --tool-timeout` overrides it
+
+
 class ToolError(RuntimeError):
     """A tool is missing or failed; the text says which and why."""
 
@@ -26,7 +29,7 @@ def which(tool: str) -> str:
     return path
 
 
-def run(args: list[str], stdin: str | None = None, timeout: float = 60.0) -> str:
+def run(args: list[str], stdin: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> str:
     """Run a tool with the C locale; its stdout, or ToolError with its stderr."""
     cmd = [which(args[0]), *args[1:]]
     try:

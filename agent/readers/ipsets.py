@@ -12,7 +12,7 @@ import struct
 from collections.abc import Collection
 
 from agent.kernel import Presence, presence
-from agent.netlink import IpsetNetlink, NetlinkError, attrs
+from agent.netlink import IpsetNetlink, NetlinkError, attrs, nul_text
 from agent.readers._timing import Absent, timed
 from agent.snapshot import Ipset, Reading
 
@@ -23,10 +23,6 @@ ELEMENTS, REFERENCES = 24, 25
 IPADDR_IPV4, IPADDR_IPV6 = 1, 2
 _PROTOS = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "icmpv6"}
 _FAMILIES = {2: 4, 10: 6}
-
-
-def _text(view: memoryview | None) -> str:
-    return bytes(view or b"").split(b"\0", 1)[0].decode()
 
 
 def _be(view: memoryview | None, fmt: str = "!I") -> int | None:
@@ -93,13 +89,13 @@ def _read(entries_for: Collection[str]) -> tuple[Ipset, ...]:
         sets = []
         for p in headers:
             a = attrs(p, 4)
-            name = _text(a.get(SETNAME))
+            name = nul_text(a.get(SETNAME))
             data = attrs(a[DATA]) if DATA in a else {}
             family = a.get(FAMILY)
             sets.append(
                 Ipset(
                     name=name,
-                    type=_text(a.get(TYPENAME)),
+                    type=nul_text(a.get(TYPENAME)),
                     family=_FAMILIES.get(family[0]) if family is not None else None,
                     elements=_be(data.get(ELEMENTS)) or 0,
                     references=_be(data.get(REFERENCES)) or 0,

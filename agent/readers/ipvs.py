@@ -39,7 +39,7 @@ from agent.ipvs_wire import (
     service_key,
 )
 from agent.kernel import Presence, presence
-from agent.netlink import GenericNetlink, NetlinkError, attrs
+from agent.netlink import GenericNetlink, NetlinkError, attrs, nul_text
 from agent.readers._timing import Absent, timed
 from agent.snapshot import IpvsDest, IpvsService, LazyDests, Reading
 
@@ -67,7 +67,7 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
     fwmark = _u(svc.get(SVC_FWMARK))
     proto = _u(svc.get(SVC_PROTOCOL), "=H")
     flags = svc.get(SVC_FLAGS)
-    sched = bytes(svc.get(SVC_SCHED) or b"").split(b"\0", 1)[0].decode()
+    sched = nul_text(svc.get(SVC_SCHED))
     service = IpvsService(
         family=6 if af == socket.AF_INET6 else 4,
         protocol="FWM" if fwmark else PROTOCOLS.get(proto, str(proto)),

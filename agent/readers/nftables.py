@@ -12,7 +12,7 @@ import struct
 from collections import Counter
 
 from agent.kernel import Presence, presence
-from agent.netlink import NetlinkError, NfTables, attr, attrs, count_attrs
+from agent.netlink import NetlinkError, NfTables, attr, attrs, count_attrs, nul_text
 from agent.readers._timing import Absent, timed
 from agent.snapshot import NftSet, NftTable, Reading
 
@@ -28,16 +28,12 @@ ELEM_LIST_ELEMENTS = 3
 SET_ANONYMOUS, SET_MAP = 0x1, 0x8
 
 
-def _text(view: memoryview | None) -> str:
-    return bytes(view or b"").split(b"\0", 1)[0].decode()
-
-
 def _chain_table(payload: memoryview) -> str:
     """The table of a chain: the kernel puts NFTA_CHAIN_TABLE first, so only that is read."""
     length, kind = struct.unpack_from("=HH", payload, 4)
     if kind == CHAIN_TABLE:
         return bytes(payload[8 : 4 + length]).split(b"\0", 1)[0].decode()
-    return _text(attrs(payload, 4).get(CHAIN_TABLE))
+    return nul_text(attrs(payload, 4).get(CHAIN_TABLE))
 
 
 def _family(payload: memoryview) -> str:
@@ -49,7 +45,9 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         raise Absent("nf_tables module not loaded")
     with NfTables() as nft:
         try:
-            tables = [(_family(p), _text(attrs(p, 4).get(TABLE_NAME))) for p in nft.dump(GETTABLE)]
+            tables = [
+                (_family(p), nul_text(attrs(p, 4).get(TABLE_NAME))) for p in nft.dump(GETTABLE)
+            ]
         except NetlinkError as exc:
             if exc.errno == errno.EINVAL:  # nfnetlink: subsystem not registered
                 raise Absent("kernel has no nf_tables") from exc
@@ -63,8 +61,8 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
             flags = struct.unpack_from("!I", a[SET_FLAGS])[0] if SET_FLAGS in a else 0
             if flags & SET_ANONYMOUS:
                 continue
-            key = (_family(p), _text(a.get(SET_TABLE)))
-            sets.setdefault(key, []).append((_text(a.get(SET_NAME)), bool(flags & SET_MAP)))
+            key = (_family(p), nul_text(a.get(SET_TABLE)))
+            sets.setdefault(key, []).append((nul_text(a.get(SET_NAME)), bool(flags & SET_MAP)))
         out = []
         for family, name in tables:
             detailed = (family, name) in DETAILED
