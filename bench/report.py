@@ -32,6 +32,7 @@ GROWTH = (
     ("cleanup procedure floor", "cleanup_floor_s"),
     ("audit peak RSS", "audit_rss_mb"),
     ("serve peak RSS", "serve_rss_mb"),
+    ("cleanup peak RSS", "cleanup_rss_mb"),
     ("build (lab state)", "build_s"),
 )
 
@@ -134,8 +135,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "plans (README, Decisions), so the floor without that third read is shown too.",
         "",
         "| Services | baseline | backup tools | procedure floor | floor / baseline "
-        "| cleanup --apply | cleanup / floor | floor, 2 reads | cleanup / floor (2 reads) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| cleanup --apply | cleanup / floor | floor, 2 reads | cleanup / floor (2 reads) "
+        "| cleanup peak RSS MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rs:
         if not r.get("cleanup_floor_s"):
@@ -146,7 +148,8 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{r['cleanup_floor_s'] / r['baseline_cleanup_s']:.2f} | {_f(r['cleanup_s'])} | "
             f"{r['cleanup_s'] / r['cleanup_floor_s']:.2f} | "
             f"{_f(r['cleanup_floor_s'] - r['floor_inproc_s'])} | "
-            f"{r['cleanup_s'] / (r['cleanup_floor_s'] - r['floor_inproc_s']):.2f} |"
+            f"{r['cleanup_s'] / (r['cleanup_floor_s'] - r['floor_inproc_s']):.2f} | "
+            f"{_f(r.get('cleanup_rss_mb'), 0)} |"
         )
     out += [
         "",

@@ -220,13 +220,19 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
 
         # --- (e) cleanup vs baseline ---------------------------------------------------------
         ck = args.cleanup_repeat or k
-        agent_c, base_c, rebuild, backup_tools = [], [], [], []
+        agent_c, base_c, rebuild, backup_tools, cleanup_rss = [], [], [], [], []
         for i in range(ck):
             backup_tools.append(timed(lab_build.in_ns(ns, "bash", "-c", BACKUP_TOOLS))[0])
             backup, lock = work / f"backup-{n}-{i}", work / f"lock-{n}"
+            rss_file = work / "cleanup.rss"
             t, out = timed(
                 lab_build.in_ns(
                     ns,
+                    "/usr/bin/time",
+                    "-f",
+                    "%M",
+                    "-o",
+                    str(rss_file),
                     AGENT,
                     "cleanup",
                     "--apply",
@@ -238,6 +244,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
                 )
             )
             agent_c.append(t)
+            cleanup_rss.append(int(rss_file.read_text().split()[-1]) / 1024)
             res["backup_mb"] = sum(f.stat().st_size for f in backup.rglob("*") if f.is_file()) / 1e6
             shutil.rmtree(backup, ignore_errors=True)
             check_clean(ns, "cleanup --apply")
@@ -253,6 +260,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             baseline_cleanup_s=med(base_c),
             rebuild_s=med(rebuild),
             backup_tools_s=med(backup_tools),
+            cleanup_rss_mb=max(cleanup_rss),
         )
         # The least SPEC §5's procedure can cost: the deletions (the baseline), the backup
         # tools, and three reads of the node (plan, re-check before the first change,
@@ -269,7 +277,8 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             check_clean(ns, "cleanup --apply under cProfile")
         log(
             f"n={n}: cleanup {res['cleanup_s']:.2f}s baseline {res['baseline_cleanup_s']:.2f}s "
-            f"(rebuild {res['rebuild_s']:.1f}s) procedure floor {res['cleanup_floor_s']:.2f}s"
+            f"(rebuild {res['rebuild_s']:.1f}s) procedure floor {res['cleanup_floor_s']:.2f}s "
+            f"cleanup {res['cleanup_rss_mb']:.0f}MB"
         )
     finally:
         if kp is not None:
