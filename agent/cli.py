@@ -369,11 +369,10 @@ def cleanup(
                 if refusal
                 else "nftables mode confirmed: --apply would run this plan"
             )
-            say.flush()
             sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
         result = procedure.apply(collect, settings, say, note)
     except (procedure.Refused, procedure.CleanupError) as exc:
-        say.flush()
+        say.flush()  # before fail() writes to stderr
         fail(str(exc), exc.code)
     finally:
         say.flush()

@@ -91,6 +91,15 @@ def timed(args: list[str], check: bool = True, ok: tuple[int, ...] = (0,)) -> tu
     return t, p.stdout
 
 
+def with_peak_rss(rss_file: Path, *cmd: str) -> list[str]:
+    """cmd under GNU time, which writes its peak RSS, the children it waited for included."""
+    return ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd]
+
+
+def peak_rss_mb(rss_file: Path) -> float:
+    return int(rss_file.read_text().split()[-1]) / 1024  # KiB
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -189,13 +198,10 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             floor_in.append(json.loads(fout)["seconds"])
             rss_file = work / "audit.rss"
             t, _ = timed(
-                lab_build.in_ns(
-                    ns, "/usr/bin/time", "-f", "%M", "-o", str(rss_file), AGENT, "audit", "--json"
-                ),
-                ok=(0, 1),
+                lab_build.in_ns(ns, *with_peak_rss(rss_file, AGENT, "audit", "--json")), ok=(0, 1)
             )
             audit.append(t)
-            audit_rss.append(int(rss_file.read_text().split()[-1]) / 1024)
+            audit_rss.append(peak_rss_mb(rss_file))
         res.update(
             pipeline_s=med(pipe),
             floor_s=med(floor),
@@ -228,23 +234,21 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             t, out = timed(
                 lab_build.in_ns(
                     ns,
-                    "/usr/bin/time",
-                    "-f",
-                    "%M",
-                    "-o",
-                    str(rss_file),
-                    AGENT,
-                    "cleanup",
-                    "--apply",
-                    "--backup-dir",
-                    str(backup),
-                    "--lock-file",
-                    str(lock),
-                    *TOOL_TIMEOUT,
+                    *with_peak_rss(
+                        rss_file,
+                        AGENT,
+                        "cleanup",
+                        "--apply",
+                        "--backup-dir",
+                        str(backup),
+                        "--lock-file",
+                        str(lock),
+                        *TOOL_TIMEOUT,
+                    ),
                 )
             )
             agent_c.append(t)
-            cleanup_rss.append(int(rss_file.read_text().split()[-1]) / 1024)
+            cleanup_rss.append(peak_rss_mb(rss_file))
             res["backup_mb"] = sum(f.stat().st_size for f in backup.rglob("*") if f.is_file()) / 1e6
             shutil.rmtree(backup, ignore_errors=True)
             check_clean(ns, "cleanup --apply")

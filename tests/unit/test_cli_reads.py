@@ -1,6 +1,8 @@
 """Which reads each command asks for: counting the nftables-mode table's chains and elements
 is most of a large node's read time, and only the audit report shows those counts (issue 6)."""
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -22,7 +24,7 @@ class _Stop(Exception):
     ],
 )
 def test_nftables_detail_only_where_shown(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: object, args: list[str], detail: bool
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], detail: bool
 ) -> None:
     seen: list[Options] = []
 
