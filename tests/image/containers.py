@@ -72,7 +72,9 @@ def pod_spec(manifest: Path, host_root: Path) -> PodSpec:
     flags += [f for cap in caps.get("drop", []) for f in ("--cap-drop", cap)]
     flags += [f for cap in caps.get("add", []) for f in ("--cap-add", cap)]
     if sc.get("readOnlyRootFilesystem"):
-        flags.append("--read-only")
+        # podman's --read-only alone mounts tmpfs on /run, /tmp and /var/tmp; Kubernetes'
+        # readOnlyRootFilesystem does not: only the pod's own volumes are writable.
+        flags += ["--read-only", "--read-only-tmpfs=false"]
     if sc.get("allowPrivilegeEscalation") is False:
         flags += ["--security-opt", "no-new-privileges"]
     assert not sc.get("privileged"), f"{manifest.name}: must not be privileged"

@@ -5,16 +5,20 @@ the node's, as with hostNetwork."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lab import build
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
-from tests.conftest import run_agent
+from tests.conftest import REPO, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.image.containers import CLEANUP_JOB, DAEMONSET, detached, pod_spec, run
 from tests.serving import audit_view, metrics_view, scrape
@@ -124,3 +128,72 @@ def test_the_image_is_pinned_and_its_entrypoint_is_the_agent(image: str) -> None
     (info,) = json.loads(inspect.stdout)
     assert info["Config"]["Entrypoint"] == ["ipvs-leftovers"]
     assert info["Config"]["User"] == "0:0"
+
+
+def rendered_daemonset(tmp: Path, components: list[str]) -> Path:
+    """The DaemonSet of the base plus `components`, rendered by kubectl kustomize as an
+    operator's overlay would be (outside daemonset/: kustomize refuses an overlay inside)."""
+    overlay = tmp / "overlay"
+    overlay.mkdir()
+    base = REPO / "daemonset"
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(base, overlay)],
+        "components": [os.path.relpath(base / "components" / c, overlay) for c in components],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    kubectl = Path(sys.executable).with_name("kubectl")  # scripts/check-manifests installs it
+    assert kubectl.exists(), "kubectl missing: run scripts/check-manifests (it installs it)"
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, check=True
+    ).stdout
+    (ds,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "DaemonSet"]
+    path = tmp / "daemonset.yaml"
+    path.write_text(yaml.safe_dump(ds))
+    return path
+
+
+@pytest.mark.parametrize("component", [True, False], ids=["with-component", "base-only"])
+def test_auto_cleanup_needs_the_components_host_folders(
+    image: str, netns: Callable[[], str], tmp_path: Path, component: bool
+) -> None:
+    ns = netns()
+    build.build(ns, realistic_node(third_party=True, nftables_table=True))
+    before = dump(ns)
+    manifest = rendered_daemonset(tmp_path, ["auto-cleanup"] if component else [])
+    spec = pod_spec(manifest, tmp_path / "host")
+    args = spec.args if component else [*spec.args, "--auto-cleanup"]
+    assert "--auto-cleanup" in args
+    fast = [
+        "--auto-cleanup-hold-down",
+        "2s",
+        "--auto-cleanup-interval",
+        "0.5",
+        "--min-interval",
+        "0",
+    ]
+    runs = 'ipvs_leftovers_cleanup_runs_total{outcome="%s"}'
+    with (
+        start_fake_kube_proxy(ns, CONFIRMED | {"families": ["IPv4"]}, tmp_path / "kp.json"),
+        detached(image, ns, spec, *args, *fast),
+    ):
+        deadline = time.monotonic() + 90
+        while True:
+            samples = scrape(ns, "http://127.0.0.1:9437/metrics")["samples"]
+            done = sum(samples[runs % o] for o in ("clean", "remains", "refused", "error"))
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    if component:
+        assert samples[runs % "clean"] == 1
+        assert dump(ns) == minus_leftovers(before)
+        backups = spec.host_paths["/var/lib/ipvs-leftovers"]
+        assert len([p for p in backups.iterdir() if p.is_dir()]) == 1  # on the host
+        assert (spec.host_paths["/run/ipvs-leftovers"] / "cleanup.lock").exists()
+    else:
+        # the base DaemonSet's read-only root has neither folder: each run is an error that
+        # changed nothing (before the fix, the lock's OSError escaped the run uncounted)
+        assert samples[runs % "error"] >= 1
+        assert samples[runs % "clean"] == samples[runs % "remains"] == 0
+        assert dump(ns) == before

@@ -372,3 +372,18 @@ def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) ->
     r = run_agent(netns(), "cleanup", "--tool-timeout", "0")
     assert r.rc == 2
     assert "--tool-timeout" in r.stderr
+
+
+def test_a_lock_folder_that_cannot_be_made_is_one_line_and_exit_4(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    # as in a read-only container without the host's lock folder mounted
+    with node(netns, tmp_path) as (ns, _):
+        before = dump(ns)
+        r = apply(ns, tmp_path, "--lock-file", "/proc/ipvs-leftovers/cleanup.lock")
+        assert r.rc == 4
+        assert "Traceback" not in r.stderr
+        (line,) = [x for x in r.stderr.splitlines() if "lock" in x]
+        assert "cannot open the lock /proc/ipvs-leftovers/cleanup.lock" in line
+        assert "nothing was changed" in line
+        assert dump(ns) == before
