@@ -1,7 +1,8 @@
 """A fleet of lab nodes scraped by a real Prometheus, all in throwaway namespaces.
 
 Topology: one namespace per node (the lab's state, a fake kube-proxy on its loopback, `serve`
-from the built image with the DaemonSet's own flags and args), and one `prom` namespace that
+with the DaemonSet's own args: from the built image here, from the installed agent in the VM),
+and one `prom` namespace that
 holds Prometheus. Each node is joined to `prom` by a veth pair made inside `prom` (never in this
 machine's namespace), 10.250.<i>.1 (prom) - 10.250.<i>.2 (node). Prometheus is Debian's binary,
 on 127.0.0.1 of `prom`, with a temp data dir, under `timeout` so it stops by itself, and the
@@ -11,6 +12,7 @@ shipped PrometheusRule's groups as its rules file with every `for:` shortened.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.model import Node
 from tests.conftest import REPO
 from tests.image.containers import DAEMONSET, detached, pod_spec
+from tests.serving import serving
 
 PROMETHEUS = Path("/opt/prometheus/usr/bin/prometheus")  # scripts/install-deps puts it there
 PROM_PORT = 9090
@@ -67,11 +70,31 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+# How a node runs `serve`: a context manager that returns once it listens on AGENT_PORT.
+Server = Callable[[LabNode, Path], AbstractContextManager[Any]]
+
+
+def in_image(image: str) -> Server:
+    """serve from the built image, with the DaemonSet's own flags and args (this kernel)."""
+
+    def start(node: LabNode, host_root: Path) -> AbstractContextManager[Any]:
+        spec = pod_spec(DAEMONSET, host_root)
+        return detached(image, node.ns, spec, *spec.args, port=AGENT_PORT)
+
+    return start
+
+
+def on_host(node: LabNode, _: Path) -> AbstractContextManager[Any]:
+    """serve from the installed agent with the DaemonSet's args (the VM has no podman)."""
+    args = pod_spec(DAEMONSET, _).args
+    assert args[:1] == ["serve"]
+    return serving(node.ns, *args[1:], port=AGENT_PORT)
+
+
 @dataclass
 class Fleet:
     prom_ns: str
     nodes: dict[str, LabNode]
-    image: str
     workdir: Path
     prometheus: subprocess.Popen[bytes] | None = None
     gone: list[str] = field(default_factory=list)  # node labels of targets nobody serves
@@ -116,7 +139,7 @@ class Fleet:
         raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
+def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]], ready_within: float) -> None:
     work = fleet.workdir
     rules = rules_file(work / "ipvs-leftovers.rules.yaml")
     config = {
@@ -156,14 +179,14 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
         except RuntimeError:
             return False
 
-    fleet.wait_for("Prometheus to answer", ready, timeout=60)
+    fleet.wait_for("Prometheus to answer", ready, timeout=ready_within)
 
 
 @contextmanager
-def fleet(image: str, nodes: list[LabNode], workdir: Path, gone: list[str]) -> Iterator[Fleet]:
+def fleet(server: Server, nodes: list[LabNode], workdir: Path, gone: list[str]) -> Iterator[Fleet]:
     prom = f"ilt-prom-{uuid.uuid4().hex[:6]}"
     made: list[str] = []
-    f = Fleet(prom, {n.name: n for n in nodes}, image, workdir, gone=gone)
+    f = Fleet(prom, {n.name: n for n in nodes}, workdir, gone=gone)
     with ExitStack() as stack:
         try:
             build.create_netns(prom)
@@ -186,12 +209,11 @@ def fleet(image: str, nodes: list[LabNode], workdir: Path, gone: list[str]) -> I
                             node.ns, node.kube_proxy, workdir / f"kp-{node.name}.json"
                         )
                     )
-                spec = pod_spec(DAEMONSET, workdir / f"host-{node.name}")
-                stack.enter_context(detached(image, node.ns, spec, *spec.args, port=AGENT_PORT))
+                stack.enter_context(server(node, workdir / f"host-{node.name}"))
                 targets.append((node.name, f"10.250.{i}.2:{AGENT_PORT}"))
             # a node whose agent is gone: nothing listens there
             targets += [(name, f"127.0.0.1:{9 + k}") for k, name in enumerate(gone)]
-            _start_prometheus(f, targets)
+            _start_prometheus(f, targets, 300 if os.environ.get("IPVS_LEFTOVERS_IN_VM") else 60)
             yield f
         finally:
             if f.prometheus is not None:

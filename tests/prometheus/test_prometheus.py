@@ -23,7 +23,14 @@ import pytest
 from lab.scenarios import realistic_node
 from tests.image.containers import CLEANUP_JOB, pod_spec, run
 from tests.oracle import expected
-from tests.prometheus.fleet import TARGET_LABELS, Fleet, LabNode, fleet, panel_queries
+from tests.prometheus.fleet import (
+    TARGET_LABELS,
+    Fleet,
+    LabNode,
+    fleet,
+    in_image,
+    panel_queries,
+)
 
 pytestmark = pytest.mark.prometheus
 
@@ -63,7 +70,7 @@ WITH_LEFTOVERS = ("node-stale", "node-ipvs", "node-kp-down")
 
 @pytest.fixture(scope="module")
 def lab(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    with fleet(image, NODES, tmp_path_factory.mktemp("fleet"), GONE) as f:
+    with fleet(in_image(image), NODES, tmp_path_factory.mktemp("fleet"), GONE) as f:
         # every target scraped at least once, then kube-proxy on the stuck node starts failing
         # its syncs (a counter needs two samples to increase)
         f.wait_for(
