@@ -236,8 +236,6 @@ def check_podmonitor(pm: dict[str, Any], pod_labels: dict[str, Any], problems: P
         f"{w}.spec",
         problems,
     )  # fmt: skip
-    if "namespaceSelector" in spec:
-        problems.add(w, "no namespaceSelector: it pins a namespace an overlay may change")
     job_label = spec.get("jobLabel")
     if job_label is None or pod_labels.get(job_label) != JOB:
         problems.add(w, f"jobLabel must name a pod label whose value is {JOB!r} (the job)")
@@ -368,16 +366,24 @@ def check_priority_quota(docs: list[dict[str, Any]], problems: Problems) -> None
             problems.add("ResourceQuota", f"none covers priorityClassName {pc} in this namespace")
 
 
-def cmd_crds(rendered: str, tests_path: str, repo: str) -> None:
-    problems = Problems()
-    docs = load_docs(rendered)
+def check_namespaces(docs: list[dict[str, Any]], want: str, problems: Problems) -> None:
+    """Every object in `want`; no Namespace object (daemonset/setup has it); nothing that
+    selects the base's namespace by name."""
     for d in docs:
         ns = d.get("metadata", {}).get("namespace")
         if d.get("kind") == "Namespace":
-            problems.add(name_of(d), "the base must not hold the Namespace (daemonset/setup does)")
-        elif ns != "ipvs-leftovers":
-            problems.add(name_of(d), f"namespace is {ns!r}, want ipvs-leftovers")
+            problems.add(name_of(d), "must not be here: the Namespace is in daemonset/setup")
+        elif ns != want:
+            problems.add(name_of(d), f"namespace is {ns!r}, want {want}")
+        if "namespaceSelector" in d.get("spec", {}):
+            problems.add(name_of(d), "selects namespaces by name (namespaceSelector)")
     check_priority_quota(docs, problems)
+
+
+def cmd_crds(rendered: str, tests_path: str, repo: str) -> None:
+    problems = Problems()
+    docs = load_docs(rendered)
+    check_namespaces(docs, "ipvs-leftovers", problems)
     sa = _one(docs, "ServiceAccount", problems)
     if sa and sa.get("automountServiceAccountToken") is not False:
         problems.add("ServiceAccount", "automountServiceAccountToken must be false")
@@ -392,15 +398,7 @@ def cmd_overlay(rendered: str, base_url: str, cleanup_job: str) -> None:
     """An operator's overlay (tests/manifests/overlay): own namespace, runbook URL, auto-cleanup."""
     problems = Problems()
     docs = load_docs(rendered)
-    for d in docs:
-        ns = d.get("metadata", {}).get("namespace")
-        if d.get("kind") == "Namespace":
-            problems.add(name_of(d), "an overlay must not relabel or own its namespace")
-        elif ns != "monitoring":
-            problems.add(name_of(d), f"namespace is {ns!r}, want the overlay's monitoring")
-        if "ipvs-leftovers" in json.dumps(d.get("spec", {}).get("namespaceSelector", {})):
-            problems.add(name_of(d), "still selects the namespace ipvs-leftovers")
-    check_priority_quota(docs, problems)
+    check_namespaces(docs, "monitoring", problems)
     rules = _one(docs, "PrometheusRule", problems)
     check_rules(rules, None, Path("."), problems, base_url.rstrip("/") + "/")
     ds = _one(docs, "DaemonSet", problems)

@@ -1,8 +1,7 @@
 """A fleet of lab nodes scraped by a real Prometheus, all in throwaway namespaces.
 
 Topology: one namespace per node (the lab's state, a fake kube-proxy on its loopback, `serve`
-with the DaemonSet's own args: from the built image here, from the installed agent in the VM),
-and one `prom` namespace that
+from the built image with the DaemonSet's own flags and args), and one `prom` namespace that
 holds Prometheus. Each node is joined to `prom` by a veth pair made inside `prom` (never in this
 machine's namespace), 10.250.<i>.1 (prom) - 10.250.<i>.2 (node). Prometheus is Debian's binary,
 on 127.0.0.1 of `prom`, with a temp data dir, under `timeout` so it stops by itself, and the
@@ -12,7 +11,6 @@ shipped PrometheusRule's groups as its rules file with every `for:` shortened.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,7 +30,6 @@ from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.model import Node
 from tests.conftest import REPO
 from tests.image.containers import DAEMONSET, detached, pod_spec
-from tests.serving import serving
 
 PROMETHEUS = Path("/opt/prometheus/usr/bin/prometheus")  # scripts/install-deps puts it there
 PROM_PORT = 9090
@@ -84,13 +81,6 @@ def in_image(image: str) -> Server:
     return start
 
 
-def on_host(node: LabNode, _: Path) -> AbstractContextManager[Any]:
-    """serve from the installed agent with the DaemonSet's args (the VM has no podman)."""
-    args = pod_spec(DAEMONSET, _).args
-    assert args[:1] == ["serve"]
-    return serving(node.ns, *args[1:], port=AGENT_PORT)
-
-
 @dataclass
 class Fleet:
     prom_ns: str
@@ -128,6 +118,23 @@ class Fleet:
             if a["state"] == state
         }
 
+    def wait_alerts(self, want: set[tuple[str, str]], timeout: float = 120) -> None:
+        """Until exactly `want` fires; the failure shows what fired and what was pending."""
+        seen: list[Any] = []
+
+        def check() -> bool:
+            seen[:] = [self.alerts(), self.alerts("pending")]
+            return seen[0] == want
+
+        try:
+            self.wait_for("the expected alerts", check, timeout)
+        except AssertionError:
+            firing, pending = seen
+            raise AssertionError(
+                f"firing {sorted(firing)} (missing {sorted(want - firing)}, unexpected "
+                f"{sorted(firing - want)}), pending {sorted(pending)}"
+            ) from None
+
     def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None
@@ -139,7 +146,7 @@ class Fleet:
         raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]], ready_within: float) -> None:
+def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
     work = fleet.workdir
     rules = rules_file(work / "ipvs-leftovers.rules.yaml")
     config = {
@@ -179,7 +186,7 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]], ready_within
         except RuntimeError:
             return False
 
-    fleet.wait_for("Prometheus to answer", ready, timeout=ready_within)
+    fleet.wait_for("Prometheus to answer", ready, timeout=60)
 
 
 @contextmanager
@@ -206,14 +213,16 @@ def fleet(server: Server, nodes: list[LabNode], workdir: Path, gone: list[str]) 
                 if node.kube_proxy is not None:
                     node.kp = stack.enter_context(
                         start_fake_kube_proxy(
-                            node.ns, node.kube_proxy, workdir / f"kp-{node.name}.json"
+                            node.ns,
+                            node.kube_proxy,
+                            workdir / f"kp-{node.name}.json",
                         )
                     )
                 stack.enter_context(server(node, workdir / f"host-{node.name}"))
                 targets.append((node.name, f"10.250.{i}.2:{AGENT_PORT}"))
             # a node whose agent is gone: nothing listens there
             targets += [(name, f"127.0.0.1:{9 + k}") for k, name in enumerate(gone)]
-            _start_prometheus(f, targets, 300 if os.environ.get("IPVS_LEFTOVERS_IN_VM") else 60)
+            _start_prometheus(f, targets)
             yield f
         finally:
             if f.prometheus is not None:

@@ -107,7 +107,7 @@ def test_the_agents_series_survive_common_target_labels(lab: Fleet) -> None:
 
 
 def test_exactly_the_expected_alerts_fire_for_exactly_their_nodes(lab: Fleet) -> None:
-    lab.wait_for("the expected alerts", lambda: lab.alerts() == FIRING or None)
+    lab.wait_alerts(FIRING)
     # and it holds: nothing else turns up pending or firing over a few evaluations
     for _ in range(5):
         assert lab.alerts() == FIRING
@@ -124,7 +124,7 @@ def oracle_sum(name: str, what: str) -> float:
 
 
 def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
-    lab.wait_for("the expected alerts", lambda: lab.alerts() == FIRING or None)
+    lab.wait_alerts(FIRING)
     fleet_q = panel_queries(cluster="lab")
 
     def one(title: str, ref: str = "A", q: dict[tuple[str, str], str] = fleet_q) -> float:
@@ -185,13 +185,13 @@ def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
 def test_cleanup_on_the_stale_node_clears_its_alert_and_panels(
     lab: Fleet, image: str, tmp_path: Path
 ) -> None:
-    lab.wait_for("the expected alerts", lambda: lab.alerts() == FIRING or None)
+    lab.wait_alerts(FIRING)
     node = lab.nodes["node-stale"]
     spec = pod_spec(CLEANUP_JOB, tmp_path / "host")
     r = run(image, node.ns, spec, *spec.args)
     assert r.rc == 0, r.stdout + r.stderr
     after = FIRING - {("IPVSLeftoversStale", "node-stale")}
-    lab.wait_for("IPVSLeftoversStale to clear", lambda: lab.alerts() == after or None)
+    lab.wait_alerts(after)
     q = panel_queries(cluster="lab")
     assert lab.query(q[("Nodes with leftovers", "A")])[0][1] == 0
     assert lab.query(q[("Stale nodes: what is left", "A")]) == []
