@@ -38,7 +38,11 @@ JOB = "ipvs-leftovers"
 # Every target also carries labels that Prometheus setups commonly attach, among them `owner`,
 # which the agent's own series must not use (it would become exported_owner).
 TARGET_LABELS = {"cluster": "lab", "owner": "team-network"}
-RULE_FOR = "2s"  # every alert's `for:` in the test; the shipped values are minutes to hours
+# Every alert's `for:` in the test (the shipped values are minutes to hours): longer than one
+# scrape interval, so that one slow scrape on a loaded CI machine (up 0 once) cannot fire
+# IPVSLeftoversAgentDown.
+RULE_FOR = "7s"
+SCRAPE_INTERVAL, SCRAPE_TIMEOUT = "3s", "2500ms"
 LIFETIME = 900  # seconds: Prometheus stops by itself after this, whatever happens to the test
 
 
@@ -151,8 +155,8 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
     rules = rules_file(work / "ipvs-leftovers.rules.yaml")
     config = {
         "global": {
-            "scrape_interval": "2s",
-            "scrape_timeout": "1500ms",
+            "scrape_interval": SCRAPE_INTERVAL,
+            "scrape_timeout": SCRAPE_TIMEOUT,
             "evaluation_interval": "1s",
         },
         "rule_files": [str(rules)],

