@@ -42,7 +42,7 @@ TARGET_LABELS = {"cluster": "lab", "owner": "team-network"}
 # scrape interval, so that one slow scrape on a loaded CI machine (up 0 once) cannot fire
 # IPVSLeftoversAgentDown.
 RULE_FOR = "7s"
-SCRAPE_INTERVAL, SCRAPE_TIMEOUT = "3s", "2500ms"
+SCRAPE_INTERVAL, SCRAPE_TIMEOUT = 3.0, 2.5  # seconds
 LIFETIME = 900  # seconds: Prometheus stops by itself after this, whatever happens to the test
 
 
@@ -90,6 +90,7 @@ class Fleet:
     prom_ns: str
     nodes: dict[str, LabNode]
     workdir: Path
+    slow: float = 1.0  # scrape interval and timeout multiplier (the VM's emulation: 3)
     prometheus: subprocess.Popen[bytes] | None = None
     gone: list[str] = field(default_factory=list)  # node labels of targets nobody serves
 
@@ -155,8 +156,8 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
     rules = rules_file(work / "ipvs-leftovers.rules.yaml")
     config = {
         "global": {
-            "scrape_interval": SCRAPE_INTERVAL,
-            "scrape_timeout": SCRAPE_TIMEOUT,
+            "scrape_interval": f"{SCRAPE_INTERVAL * fleet.slow:g}s",
+            "scrape_timeout": f"{SCRAPE_TIMEOUT * fleet.slow:g}s",
             "evaluation_interval": "1s",
         },
         "rule_files": [str(rules)],
@@ -174,7 +175,16 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
     (work / "data").mkdir()
     log = (work / "prometheus.log").open("wb")
     fleet.prometheus = subprocess.Popen(
-        ["ip", "netns", "exec", fleet.prom_ns, "timeout", "-s", "TERM", str(LIFETIME)]
+        [
+            "ip",
+            "netns",
+            "exec",
+            fleet.prom_ns,
+            "timeout",
+            "-s",
+            "TERM",
+            f"{LIFETIME * fleet.slow:g}",
+        ]
         + [str(PROMETHEUS), f"--config.file={work / 'prometheus.yml'}"]
         + [f"--storage.tsdb.path={work / 'data'}", "--storage.tsdb.retention.time=1h"]
         + [f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--log.level=warn"],
@@ -190,14 +200,16 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
         except RuntimeError:
             return False
 
-    fleet.wait_for("Prometheus to answer", ready, timeout=60)
+    fleet.wait_for("Prometheus to answer", ready, timeout=60 * fleet.slow**2)
 
 
 @contextmanager
-def fleet(server: Server, nodes: list[LabNode], workdir: Path, gone: list[str]) -> Iterator[Fleet]:
+def fleet(
+    server: Server, nodes: list[LabNode], workdir: Path, gone: list[str], slow: float = 1.0
+) -> Iterator[Fleet]:
     prom = f"ilt-prom-{uuid.uuid4().hex[:6]}"
     made: list[str] = []
-    f = Fleet(prom, {n.name: n for n in nodes}, workdir, gone=gone)
+    f = Fleet(prom, {n.name: n for n in nodes}, workdir, gone=gone, slow=slow)
     with ExitStack() as stack:
         try:
             build.create_netns(prom)
