@@ -120,36 +120,54 @@ class IpvsEvidence:
         )
 
     def sets_needed(self, svc: IpvsService) -> frozenset[str]:
-        """The sets whose members could attribute `svc` when its address is not bound."""
-        if svc.address is None:
-            return frozenset()  # fwmark services are never kube-proxy's
-        addr = _addr(svc.address)
-        if addr in self.bound:
-            return frozenset()
-        if addr not in self.node:
-            return names.VIP_PORT_SETS
-        node_port = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
-        return node_port | names.VIP_PORT_SETS if svc.protocol == "SCTP" else node_port
+        """The sets whose members can name `svc`'s address and port (SPEC §4)."""
+        if svc.address is None or (svc.protocol, _addr(svc.address), svc.port) == (
+            names.PROBE_SERVICE
+        ):
+            return frozenset()  # fwmark services are never kube-proxy's; the probe is known
+        if _addr(svc.address) in self.node:
+            # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
+            return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
+        return names.VIP_PORT_SETS
 
-    def of_service(self, svc: IpvsService) -> list[str]:
-        """Why `svc` is kube-proxy's; empty when nothing says so (then it is foreign)."""
+    def of_service(self, svc: IpvsService) -> Attribution:
+        """What names `svc` as kube-proxy's: strong evidence names its address and port."""
         if svc.address is None or svc.port is None:
-            return []  # kube-proxy's ipvs mode never makes fwmark services
+            return Attribution()  # kube-proxy's ipvs mode never makes fwmark services
         addr = _addr(svc.address)
-        evidence = []
-        if addr in self.bound:
-            evidence.append(f"address {addr} is bound to {names.KUBE_IPVS0}")
+        strong: list[str] = []
+        weak: list[str] = []
         member = f"{addr},{svc.protocol.lower()}:{svc.port}"
         node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
         for name in sorted(self.members):
             entries = self.members[name]
             if name in names.VIP_PORT_SETS and member in entries:
-                evidence.append(f"{member} is a member of ipset {name}")
-            elif name in node_port_sets and addr in self.node and str(svc.port) in entries:
-                evidence.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
+                strong.append(f"{member} is a member of ipset {name}")
+            elif name in node_port_sets and str(svc.port) in entries:
+                if addr in self.node:
+                    strong.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
+                else:
+                    weak.append(
+                        f"port {svc.port} is in ipset {name}, but {addr} is not a node address"
+                    )
         if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
-            evidence.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
-        return evidence
+            strong.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
+        if addr in self.bound:
+            weak.append(f"address {addr} is bound to {names.KUBE_IPVS0} (any port would be)")
+        return Attribution(tuple(strong), tuple(weak))
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Why a virtual server may be kube-proxy's (SPEC §4).
+
+    `strong` names its address and port in kube-proxy's own records; `weak` names only one of
+    them (a kube-ipvs0 address, a NodePort number off the node's addresses), which a
+    keepalived service set up later on a reused address or port would also show.
+    """
+
+    strong: tuple[str, ...] = ()
+    weak: tuple[str, ...] = ()
 
 
 _ALL_NODE_PORT_SETS = frozenset().union(*names.NODE_PORT_SETS.values())
@@ -168,8 +186,8 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
     return frozenset(needed)
 
 
-def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> list[str]:
-    """Why `svc` is kube-proxy's; empty when nothing says so (then it is foreign)."""
+def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> Attribution:
+    """Why `svc` may be kube-proxy's, strong and weak."""
     return IpvsEvidence.of(links, sets).of_service(svc)
 
 
@@ -178,11 +196,18 @@ def classify_ipvs(
 ) -> Iterator[Finding]:
     index = IpvsEvidence.of(links, sets)
     for svc in services:
-        evidence = index.of_service(svc)
-        owner = Owner.IPVS_LEFTOVER if evidence else Owner.FOREIGN
-        if not evidence:
-            evidence = ["no kube-ipvs0 address, KUBE-* set member, NodePort or probe evidence"]
-        yield Finding(owner, "ipvs", "ipvs-service", svc.key, tuple(evidence), svc)
+        why = index.of_service(svc)
+        if why.strong:
+            yield Finding(Owner.IPVS_LEFTOVER, "ipvs", "ipvs-service", svc.key, why.strong, svc)
+        elif why.weak:
+            evidence = (
+                *why.weak,
+                "no KUBE-* set names its address and port: weak evidence, never touched",
+            )
+            yield Finding(Owner.UNKNOWN_KUBE, "ipvs", "ipvs-service", svc.key, evidence, svc)
+        else:
+            evidence = ("no KUBE-* set member, NodePort or probe evidence",)
+            yield Finding(Owner.FOREIGN, "ipvs", "ipvs-service", svc.key, evidence, svc)
 
 
 # --- ipsets ---------------------------------------------------------------------------------

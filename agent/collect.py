@@ -33,7 +33,7 @@ def collect(opts: Options) -> Snapshot:
     no_services: tuple[IpvsService, ...] = ()
     ipvs_reading = run("ipvs", ipvs.read, no_services)
     links_reading = run("links", links.read, Links(kube_ipvs0=None))
-    # Set members are decoded only when a virtual server cannot be attributed without them.
+    # Only the sets that can name a virtual server's address and port are decoded (SPEC §4).
     wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)
     return Snapshot(
         ipvs=ipvs_reading,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agent.classify import ChainRef, Classification, RuleRef
+from agent.classify import ChainRef, Classification, Owner, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
@@ -43,7 +43,7 @@ class TableChange:
 
 @dataclass(frozen=True)
 class Step:
-    phase: int  # 1 IPVS, 2 iptables, 3 ipsets, 4 link, 5 sysctls
+    phase: int  # 1 IPVS, 2 link, 3 iptables, 4 ipsets, 5 sysctls (SPEC §5, upstream's order)
     action: str
     target: str
     evidence: tuple[str, ...]
@@ -122,6 +122,23 @@ def _referencing(
     return kept_chains, kept_sets
 
 
+def _services_on(link: Link, c: Classification) -> list[str]:
+    """Virtual servers that stay and whose address is on `link`.
+
+    Deleting the link would take their address off the node and break them, so it is kept
+    while any of them remains (an owned one kept, or one only weakly attributed).
+    """
+    bound = {a.split("/", 1)[0] for a in link.addresses}
+    return [
+        f.name
+        for f in c.findings
+        if f.owner is not Owner.IPVS_LEFTOVER
+        and isinstance(f.obj, IpvsService)
+        and f.obj.address is not None
+        and f.obj.address in bound
+    ]
+
+
 def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False) -> Plan:
     steps: list[Step] = []
     kept: list[Kept] = []
@@ -190,18 +207,23 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
             f"{len(rules)} kube-proxy jump rules",
             *(f"chain {ch.name} ({len(ch.rules)} rules): ipvs-mode chain" for ch in chains),
         ]
-        steps.append(Step(2, "iptables-table", "/".join(key), tuple(evidence), table=change))
+        steps.append(Step(3, "iptables-table", "/".join(key), tuple(evidence), table=change))
 
     for f in set_findings:
         assert isinstance(f.obj, Ipset)
         if f.name in kept_sets:
             kept.append(Kept("ipset", f.name, kept_sets[f.name]))
         else:
-            steps.append(Step(3, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
+            steps.append(Step(4, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
 
     for f in leftovers:
         if isinstance(f.obj, Link):
-            steps.append(Step(4, "delete-link", f.name, f.evidence, link=f.obj))
+            users = _services_on(f.obj, c)
+            if users:
+                why = f"{len(users)} IPVS service(s) not removed use its addresses: "
+                kept.append(Kept("link", f.name, why + ", ".join(users[:3])))
+            else:
+                steps.append(Step(2, "delete-link", f.name, f.evidence, link=f.obj))
 
     sysctls = snap.kernel.data.sysctls
     for name, strict in STRICT_ARP.items():

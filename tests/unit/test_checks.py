@@ -16,6 +16,7 @@ from agent.cli_checks import _target, parse_host_port
 from agent.readers import kube_proxy_config as kpc
 from agent.readers.kube_proxy_config import ConfigError, KubeProxyConfig
 from agent.snapshot import (
+    Ipset,
     IpvsDest,
     IpvsService,
     Kernel,
@@ -564,14 +565,16 @@ KEEPALIVED = IpvsService(
     (IpvsDest("192.168.60.11", 80, "route", 1),) * 2,
 )
 BOUND = Links(Link("kube-ipvs0", 9, "dummy", False, ("10.96.0.1/32",)), ("192.168.50.10",))
+# kube-proxy's record of KUBE_VS's address and port (SPEC §4 evidence)
+CLUSTER_IP = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",)),)
 
 
 def test_foreign_ipvs_services_fail() -> None:
-    s = snap(ipvs=(KUBE_VS, KEEPALIVED), links=BOUND)
+    s = snap(ipvs=(KUBE_VS, KEEPALIVED), links=BOUND, ipsets=CLUSTER_IP)
     c = checks.check_foreign_ipvs(s, classify(s, NOW))
     assert c.status == "fail"
     assert c.evidence[1:] == ("TCP 192.168.50.100:80 (2 real servers)",)
-    s = snap(ipvs=(KUBE_VS,), links=BOUND)
+    s = snap(ipvs=(KUBE_VS,), links=BOUND, ipsets=CLUSTER_IP)
     c = checks.check_foreign_ipvs(s, classify(s, NOW))
     assert c == Check(
         "foreign-ipvs-services", "pass", ("1 IPVS service(s), all kube-proxy's; none foreign",)
@@ -583,7 +586,7 @@ def test_foreign_ipvs_services_fail() -> None:
 
 
 def test_scheduler() -> None:
-    s = snap(ipvs=(KUBE_VS,), links=BOUND)
+    s = snap(ipvs=(KUBE_VS,), links=BOUND, ipsets=CLUSTER_IP)
     c = classify(s, NOW)
     warn = checks.check_ipvs_scheduler(s, c, cfg(ipvs_scheduler="wlc"))
     assert warn.status == "warn"
@@ -676,12 +679,13 @@ def test_verify_mode_failures() -> None:
 
 
 def test_verify_leftovers_and_kube_ipvs0() -> None:
-    s = nft_snap(ipvs=(KUBE_VS,), links=BOUND)
+    s = nft_snap(ipvs=(KUBE_VS,), links=BOUND, ipsets=CLUSTER_IP)
     result = run_verify(s)
     c = one(result, "no-leftovers")
     assert c.status == "fail"
     assert c.evidence[0] == (
-        "2 ipvs-mode object(s) remain: 1 ipvs-service, 1 link (ipvs-leftovers cleanup removes them)"
+        "3 ipvs-mode object(s) remain: 1 ipset, 1 ipvs-service, 1 link "
+        "(ipvs-leftovers cleanup removes them)"
     )
     c = one(result, "kube-ipvs0-gone")
     assert c.evidence == (

@@ -22,23 +22,60 @@ def owners(snap_kwargs: dict[str, object]) -> dict[str, Owner]:
     return {f.name: f.owner for f in c.findings}
 
 
-def test_ipvs_service_on_kube_ipvs0_is_a_leftover() -> None:
+CLUSTER_IP = Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",))
+
+
+def test_a_kube_ipvs0_address_alone_is_weak_evidence() -> None:
+    """SPEC §4: a keepalived service later set up on a reused address must not be deleted."""
     ev = ipvs_service_evidence(svc("10.96.0.1", 443), LINKS, ())
-    assert ev == ["address 10.96.0.1 is bound to kube-ipvs0"]
+    assert ev.strong == ()
+    assert ev.weak == ("address 10.96.0.1 is bound to kube-ipvs0 (any port would be)",)
+    o = owners({"ipvs": (svc("10.96.0.1", 443), svc("10.96.0.10", 53)), "links": LINKS})
+    assert o["TCP 10.96.0.1:443"] is Owner.UNKNOWN_KUBE
+    assert o["TCP 10.96.0.10:53"] is Owner.UNKNOWN_KUBE
+
+
+def test_bound_address_with_its_port_in_a_kube_set_is_a_leftover() -> None:
+    o = owners(
+        {
+            "ipvs": (svc("10.96.0.1", 443), svc("10.96.0.1", 8443)),
+            "links": LINKS,
+            "ipsets": (CLUSTER_IP,),
+        }
+    )
+    assert o["TCP 10.96.0.1:443"] is Owner.IPVS_LEFTOVER
+    assert o["TCP 10.96.0.1:8443"] is Owner.UNKNOWN_KUBE  # same address, a port no set names
 
 
 def test_ipvs_service_in_cluster_ip_set_is_a_leftover() -> None:
     sets = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.5.5,tcp:80",)),)
     ev = ipvs_service_evidence(svc("10.96.5.5", 80), Links(None), sets)
-    assert ev == ["10.96.5.5,tcp:80 is a member of ipset KUBE-CLUSTER-IP"]
+    assert ev.strong == ("10.96.5.5,tcp:80 is a member of ipset KUBE-CLUSTER-IP",)
     # same address, other protocol: no evidence
-    assert ipvs_service_evidence(svc("10.96.5.5", 80, "UDP"), Links(None), sets) == []
+    assert ipvs_service_evidence(svc("10.96.5.5", 80, "UDP"), Links(None), sets).strong == ()
 
 
 def test_ipv6_service_in_kube_6_set() -> None:
     sets = (Ipset("KUBE-6-CLUSTER-IP", "hash:ip,port", 6, 1, 0, ("fd00:10:96::1,tcp:443",)),)
     ev = ipvs_service_evidence(svc("fd00:10:96::1", 443, fam=6), Links(None), sets)
-    assert ev == ["fd00:10:96::1,tcp:443 is a member of ipset KUBE-6-CLUSTER-IP"]
+    assert ev.strong == ("fd00:10:96::1,tcp:443 is a member of ipset KUBE-6-CLUSTER-IP",)
+
+
+def test_external_ip_that_is_a_node_address_is_attributed_by_its_set_member() -> None:
+    """kube-proxy gives it a virtual server on the node address, not bound to kube-ipvs0."""
+    sets = (
+        Ipset("KUBE-EXTERNAL-IP", "hash:ip,port", 4, 1, 0, ("192.168.50.10,tcp:8080",)),
+        Ipset("KUBE-LOAD-BALANCER", "hash:ip,port", 4, 1, 0, ("192.168.50.10,tcp:9090",)),
+    )
+    o = owners(
+        {
+            "ipvs": (svc("192.168.50.10", 8080), svc("192.168.50.10", 9090)),
+            "links": LINKS,
+            "ipsets": sets,
+        }
+    )
+    assert o["TCP 192.168.50.10:8080"] is Owner.IPVS_LEFTOVER
+    assert o["TCP 192.168.50.10:9090"] is Owner.IPVS_LEFTOVER
 
 
 def test_nodeport_needs_node_address_and_port_in_the_protocols_set() -> None:
@@ -46,11 +83,19 @@ def test_nodeport_needs_node_address_and_port_in_the_protocols_set() -> None:
         Ipset("KUBE-NODE-PORT-TCP", "bitmap:port", None, 1, 0, ("30080",)),
         Ipset("KUBE-NODE-PORT-UDP", "bitmap:port", None, 1, 0, ("30053",)),
     )
-    assert ipvs_service_evidence(svc("192.168.50.10", 30080), LINKS, sets) == [
-        "NodePort 30080 on node address 192.168.50.10 is in ipset KUBE-NODE-PORT-TCP"
-    ]
-    assert ipvs_service_evidence(svc("192.168.50.10", 30053), LINKS, sets) == []  # TCP, not UDP
-    assert ipvs_service_evidence(svc("192.168.99.1", 30080), LINKS, sets) == []  # not a node IP
+    assert ipvs_service_evidence(svc("192.168.50.10", 30080), LINKS, sets).strong == (
+        "NodePort 30080 on node address 192.168.50.10 is in ipset KUBE-NODE-PORT-TCP",
+    )
+    tcp_not_udp = ipvs_service_evidence(svc("192.168.50.10", 30053), LINKS, sets)
+    assert tcp_not_udp.strong == tcp_not_udp.weak == ()
+    # a port alone, off the node's addresses: weak, so unknown-kube
+    off_node = ipvs_service_evidence(svc("192.168.99.1", 30080), LINKS, sets)
+    assert off_node.strong == ()
+    assert off_node.weak == (
+        "port 30080 is in ipset KUBE-NODE-PORT-TCP, but 192.168.99.1 is not a node address",
+    )
+    o = owners({"ipvs": (svc("192.168.99.1", 30080),), "links": LINKS, "ipsets": sets})
+    assert o["TCP 192.168.99.1:30080"] is Owner.UNKNOWN_KUBE
 
 
 def test_probe_service_is_a_leftover_and_keepalived_is_foreign() -> None:
@@ -246,12 +291,13 @@ COMMIT
 
 
 def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
+    from agent import names
     from agent.classify import evidence_sets_needed
 
-    bound = svc("10.96.0.1", 443)  # on kube-ipvs0: no set needed
+    bound = svc("10.96.0.1", 443)  # on kube-ipvs0: still needs its address and port in a set
     nodeport = svc("192.168.50.10", 30080)
-    assert evidence_sets_needed([bound], LINKS) == frozenset()
-    assert evidence_sets_needed([bound, nodeport], LINKS) == frozenset(
+    assert evidence_sets_needed([bound], LINKS) == names.VIP_PORT_SETS
+    assert evidence_sets_needed([bound, nodeport], LINKS) == names.VIP_PORT_SETS | frozenset(
         {
             "KUBE-NODE-PORT-TCP",
             "KUBE-NODE-PORT-LOCAL-TCP",
@@ -259,5 +305,5 @@ def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
             "KUBE-6-NODE-PORT-LOCAL-TCP",
         }
     )
-    assert "KUBE-CLUSTER-IP" in evidence_sets_needed([svc("10.96.9.9", 80)], LINKS)
+    assert evidence_sets_needed([svc("198.51.100.0", 20000)], LINKS) == frozenset()  # the probe
     assert evidence_sets_needed([svc(None, None, "FWM", fwmark=1)], LINKS) == frozenset()
