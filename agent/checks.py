@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent import names
-from agent.classify import Classification, Owner, RuleRef, chain_owner
+from agent.classify import (
+    Classification,
+    Owner,
+    RuleRef,
+    active_families,
+    chain_owner,
+    is_ipv6,
+    kube_proxy_health,
+    nftables_tables,
+    sync_age,
+)
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
 
@@ -549,18 +559,12 @@ def precheck(
 # --- verify ---------------------------------------------------------------------------------
 
 
-def active_families(snap: Snapshot) -> list[str]:
-    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric, else IPv4."""
-    health = snap.kube_proxy.healthz.data
-    if health is not None and health.families:
-        return sorted(health.families)
-    metrics = snap.kube_proxy.metrics.data
-    if metrics is not None and any(metrics.last_sync):
-        return sorted(f for f in metrics.last_sync if f)
-    return ["IPv4"]
+def _families(snap: Snapshot, c: Classification) -> list[str]:
+    return active_families(snap, any(is_ipv6(f) for f in c.leftovers))
 
 
-def check_nftables_mode(snap: Snapshot) -> Check:
+def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
+    """The mode part of SPEC §5's gate: /proxyMode and the tables of every active family."""
     kp = snap.kube_proxy
     ok: list[str] = []
     bad: list[str] = []
@@ -570,24 +574,13 @@ def check_nftables_mode(snap: Snapshot) -> Check:
         ok.append("/proxyMode answers nftables")
     else:
         bad.append(f"/proxyMode answers {kp.proxy_mode.data}, not nftables")
-    m = kp.metrics
-    if m.status != "ok" or m.data is None:
-        bad.append(f"/metrics {m.status}: {m.error}")
-    elif m.data.nftables_series:
-        ok.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
-    else:
-        bad.append("/metrics has no kubeproxy_sync_proxy_rules_nftables_* series")
-    if snap.nftables.status != "ok":
-        bad.append(f"could not read nftables: {snap.nftables.status} {snap.nftables.error or ''}")
-    else:
-        tables = {(t.family, t.name) for t in snap.nftables.data}
-        for fam in active_families(snap):
-            nft_fam = "ip6" if fam == "IPv6" else "ip"
-            if (nft_fam, "kube-proxy") in tables:
-                ok.append(f"nftables table {nft_fam} kube-proxy exists ({fam})")
-            else:
-                bad.append(f"no nftables table {nft_fam} kube-proxy for active family {fam}")
-    return _check("nftables-mode", "fail" if bad else "pass", *bad, *ok)
+    found, missing = nftables_tables(snap, _families(snap, c))
+    m = kp.metrics.data
+    if m is not None and m.nftables_series:
+        found.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
+    return _check(
+        "nftables-mode", "fail" if bad or missing else "pass", *bad, *missing, *ok, *found
+    )
 
 
 _KERNEL_SOURCES = ("ipvs", "ipsets", "iptables_legacy", "iptables_nft", "nftables", "links")
@@ -628,39 +621,24 @@ def check_kube_ipvs0_gone(snap: Snapshot) -> Check:
     )
 
 
-def check_nftables_sync(snap: Snapshot, now: float, max_sync_age: float) -> Check:
+def check_nftables_sync(
+    snap: Snapshot, c: Classification, now: float, max_sync_age: float
+) -> Check:
+    """kube-proxy healthy by its own definition (the gate's), and no failed nftables sync."""
     kp = snap.kube_proxy
-    ok: list[str] = []
-    bad: list[str] = []
-    families = active_families(snap)
+    ok, bad = kube_proxy_health(kp)
+    bad += sync_age(kp, _families(snap, c), now, max_sync_age)
     m = kp.metrics
     if m.status != "ok" or m.data is None:
         bad.append(f"/metrics {m.status}: {m.error}")
-    else:
+    elif m.data.nftables_sync_failures is None:
+        # The counter is exposed once it first moves: absent means no failure yet.
+        ok.append("no kubeproxy_sync_proxy_rules_nftables_sync_failures_total counted yet")
+    elif m.data.nftables_sync_failures > 0:
         failures = m.data.nftables_sync_failures
-        if failures is None:
-            bad.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total is absent")
-        elif failures > 0:
-            bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
-        else:
-            ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
-        ref = kp.read_at or now
-        stamps = m.data.last_sync
-        for fam in families:
-            stamp = stamps.get(fam, stamps.get(""))
-            if stamp is None:
-                bad.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
-            elif ref - stamp > max_sync_age:
-                bad.append(f"last sync {fam} {ref - stamp:.0f}s ago, over {max_sync_age:g}s")
-            else:
-                ok.append(f"last sync {fam} {ref - stamp:.0f}s ago (within {max_sync_age:g}s)")
-    h = kp.healthz
-    if h.status != "ok" or h.data is None:
-        bad.append(f"/healthz {h.status}: {h.error}")
-    elif not h.data.healthy:
-        bad.append(f"/healthz answers HTTP {h.data.http_status}: unhealthy")
+        bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
     else:
-        ok.append(f"/healthz answers HTTP {h.data.http_status}: healthy")
+        ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
     return _check("nftables-sync", "fail" if bad else "pass", *bad, *ok)
 
 
@@ -678,10 +656,10 @@ def verify(
 ) -> list[Check]:
     """After the migration: is this node clean and is the new data plane working (SPEC §7)."""
     return [
-        check_nftables_mode(snap),
+        check_nftables_mode(snap, c),
         check_no_leftovers(snap, c),
         check_kube_ipvs0_gone(snap),
-        check_nftables_sync(snap, now, max_sync_age),
+        check_nftables_sync(snap, c, now, max_sync_age),
         check_probe(probe),
     ]
 

@@ -19,6 +19,7 @@ from agent.snapshot import (
     IptRule,
     IptTable,
     IpvsService,
+    KubeProxy,
     Links,
     NftTable,
     Snapshot,
@@ -413,17 +414,92 @@ def classify_link(links: Links) -> Finding | None:
 # --- mode and the nftables-mode confirmation (SPEC §5) --------------------------------------
 
 
-def _families(snap: Snapshot, v6_leftovers: bool) -> set[str]:
+def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
+    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric's labels, else
+    IPv4 (plus IPv6 when IPv6 leftovers exist)."""
     health = snap.kube_proxy.healthz.data
     if health is not None and health.families:
-        return set(health.families)
+        return sorted(health.families)
     metrics = snap.kube_proxy.metrics.data
     if metrics is not None and any(metrics.last_sync):
-        return {f for f in metrics.last_sync if f}
-    return {"IPv4", "IPv6"} if v6_leftovers else {"IPv4"}
+        return sorted(f for f in metrics.last_sync if f)
+    return ["IPv4", "IPv6"] if v6_leftovers else ["IPv4"]
+
+
+def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], list[str]]:
+    """(evidence, failures): kube-proxy's nftables table for each active family."""
+    evidence: list[str] = []
+    failed: list[str] = []
+    if snap.nftables.status == "error":
+        return [], [f"could not read nftables: {snap.nftables.error}"]
+    tables = {(t.family, t.name) for t in snap.nftables.data}
+    for fam in families:
+        nft_family = "ip6" if fam == "IPv6" else "ip"
+        if (nft_family, "kube-proxy") in tables:
+            evidence.append(f"nftables table {nft_family} kube-proxy exists ({fam})")
+        else:
+            failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
+    return evidence, failed
+
+
+def kube_proxy_health(kp: KubeProxy) -> tuple[list[str], list[str]]:
+    """(evidence, failures): is kube-proxy healthy now, by its own definition?
+
+    Its health server fails only when a queued update has waited longer than its healthz
+    timeout; an idle proxier re-syncs once an hour, so an old last sync is no failure.
+    /livez says exactly that; /healthz also fails while the node is being deleted or tainted
+    ToBeDeletedByClusterAutoscaler (nodeEligible false), which says nothing of the proxier.
+    Releases without /livez are judged by /healthz alone.
+    """
+    live, health = kp.livez, kp.healthz
+    notes: list[str] = []
+    if health.status == "ok" and health.data is not None and health.data.node_eligible is False:
+        notes.append(
+            "/healthz reports nodeEligible false (node being deleted or tainted "
+            "ToBeDeletedByClusterAutoscaler): not a proxier failure"
+        )
+    if live.status == "ok" and live.data is not None:
+        if live.data.healthy:
+            return [f"/livez answers HTTP {live.data.http_status}: no update stuck", *notes], []
+        return notes, [
+            f"/livez answers HTTP {live.data.http_status}: an update has been queued longer "
+            "than kube-proxy's healthz timeout (kube-proxy is stuck)"
+        ]
+    if live.status == "error":
+        return notes, [f"/livez error: {live.error}"]
+    if health.status != "ok" or health.data is None:
+        return notes, [f"/healthz {health.status}: {health.error}"]
+    if health.data.healthy:
+        return [f"/healthz answers HTTP {health.data.http_status}: healthy"], []
+    if health.data.node_eligible is False:
+        return notes, [
+            f"/healthz answers HTTP {health.data.http_status} for an ineligible node, and this "
+            "kube-proxy serves no /livez to tell the proxier's own health"
+        ]
+    return notes, [f"/healthz answers HTTP {health.data.http_status}: unhealthy"]
+
+
+def sync_age(kp: KubeProxy, families: list[str], now: float, max_sync_age: float) -> list[str]:
+    """Failures of the opt-in bound on the last sync's age (off when `max_sync_age` is 0)."""
+    metrics = kp.metrics.data
+    if not max_sync_age or metrics is None:
+        return []
+    failed = []
+    for fam in families:
+        stamp = metrics.last_sync.get(fam, metrics.last_sync.get(""))
+        if stamp is None:
+            failed.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
+        elif (kp.read_at or now) - stamp > max_sync_age:
+            failed.append(f"metric last sync {fam} older than --max-sync-age {max_sync_age:g}s")
+    return failed
 
 
 def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
+    """SPEC §5's gate: /proxyMode, the tables of every active family, kube-proxy's health.
+
+    The nftables-specific metric series are extra evidence when present, never required:
+    a release exposes its counters only once they first move.
+    """
     kp = snap.kube_proxy
     evidence: list[str] = []
     failed: list[str] = []
@@ -436,51 +512,21 @@ def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: b
     if mode != "nftables":
         failed.append("kube-proxy does not say nftables")
 
-    families = _families(snap, v6_leftovers)
-    tables = {(t.family, t.name) for t in snap.nftables.data}
-    for fam in sorted(families):
-        key = ("ip6" if fam == "IPv6" else "ip", "kube-proxy")
-        if key in tables:
-            evidence.append(f"nftables table {key[0]} kube-proxy exists ({fam})")
-        else:
-            failed.append(f"no nftables table {key[0]} kube-proxy for active family {fam}")
-
-    health = kp.healthz.data
-    if health is None:
-        failed.append(f"/healthz {kp.healthz.status}: {kp.healthz.error}")
-    elif not health.healthy:
-        failed.append(f"/healthz answers HTTP {health.http_status}, unhealthy")
-    else:
-        ref = health.current_time or kp.read_at or now
-        stamps = (
-            {f: health.families.get(f) for f in families}
-            if health.families
-            else {"": health.last_updated}
-        )
-        for fam, stamp in sorted(stamps.items()):
-            age = None if stamp is None else ref - stamp
-            if age is None or age > max_sync_age:
-                failed.append(f"/healthz last sync {fam or 'any'} not within {max_sync_age:.0f}s")
-            else:
-                evidence.append(f"/healthz last sync {fam or ''} {age:.0f}s ago".replace("  ", " "))
+    families = active_families(snap, v6_leftovers)
+    for part in (nftables_tables(snap, families), kube_proxy_health(kp)):
+        evidence += part[0]
+        failed += part[1]
+    failed += sync_age(kp, families, now, max_sync_age)
     metrics = kp.metrics.data
-    if metrics is not None:
-        if metrics.nftables_series:
-            evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
-        elif mode == "nftables":
-            failed.append("/metrics has no nftables-mode series")
-        for fam, stamp in sorted(metrics.last_sync.items()):
-            if fam and fam not in families:
-                continue
-            if (kp.read_at or now) - stamp > max_sync_age:
-                failed.append(f"metric last sync {fam} older than {max_sync_age:.0f}s")
+    if metrics is not None and metrics.nftables_series:
+        evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
     return Mode(detected, not failed, tuple(evidence), tuple(failed))
 
 
 # --- the whole snapshot ---------------------------------------------------------------------
 
 
-def classify(snap: Snapshot, now: float, max_sync_age: float = 300.0) -> Classification:
+def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classification:
     findings: list[Finding] = []
     findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
     findings += (classify_ipset(s) for s in snap.ipsets.data)
@@ -491,12 +537,12 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 300.0) -> Classif
     if link is not None:
         findings.append(link)
     leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
-    v6 = any(_is_v6(f) for f in leftovers)
+    v6 = any(is_ipv6(f) for f in leftovers)
     mode = detect_mode(snap, now, max_sync_age, v6)
     return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
 
 
-def _is_v6(f: Finding) -> bool:
+def is_ipv6(f: Finding) -> bool:
     if f.kind == "ipset":
         return ipset_family(f.name) == "ipv6"
     if f.kind == "ipvs-service":

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.checks import readiness_metrics
-from agent.classify import ChainRef, Owner, RuleRef, ipset_family
+from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_health
 from agent.collection import Collection
 from agent.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService
@@ -109,6 +109,15 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
         "1 when the cleanup gate (SPEC 5) would pass",
         c.mode.nftables_confirmed,
     )
+    kp = snap.kube_proxy
+    if kp.livez.status == "ok" or kp.healthz.status == "ok":
+        # The gate's own definition, so the alert on it agrees with cleanup and verify; left
+        # out while kube-proxy cannot be reached (kube_proxy_mode_info says unknown then).
+        yield _value(
+            "kube_proxy_healthy",
+            "1 when kube-proxy is healthy by its own definition (/livez, else /healthz)",
+            not kube_proxy_health(kp)[1],
+        )
     yield _value(
         "nftables_kernel_ready",
         "1 when the kernel is 5.13 or newer",

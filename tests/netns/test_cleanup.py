@@ -109,11 +109,14 @@ def test_dry_run_changes_nothing_and_prints_the_ordered_plan(
     [
         ({"mode": "ipvs"}, "kube-proxy does not say nftables"),
         ({"mode": "iptables"}, "kube-proxy does not say nftables"),
-        ({"mode": "nftables", "last_sync_age": 3600.0}, "last sync"),
-        ({"mode": "nftables", "healthy": False}, "unhealthy"),
+        ({"mode": "nftables", "healthy": False}, "kube-proxy is stuck"),
+        (  # a release before /livez: /healthz decides
+            {"mode": "nftables", "healthy": False, "healthz_format": "oldest"},
+            "/healthz answers HTTP 503: unhealthy",
+        ),
         ({"garbage": True}, "/proxyMode error"),
     ],
-    ids=["ipvs", "iptables", "stale-sync", "unhealthy", "garbage"],
+    ids=["ipvs", "iptables", "stuck", "unhealthy-without-livez", "garbage"],
 )
 def test_refused_with_nothing_changed(
     netns: Callable[[], str], tmp_path: Path, state: dict[str, Any], reason: str

@@ -255,8 +255,9 @@ def test_not_confirmed_when_any_condition_fails() -> None:
         "ipvs": kube_proxy("ipvs"),
         "iptables": kube_proxy("iptables"),
         "unreachable": kube_proxy(None),
-        "stale sync": kube_proxy(sync_age=600),
-        "unhealthy": kube_proxy(healthy=False),
+        "stuck (/livez 503)": kube_proxy(healthy=False),
+        "unhealthy, no /livez": kube_proxy(healthy=False, livez=False),
+        "ineligible node, no /livez": kube_proxy(eligible=False, livez=False),
         "no ip6 table": kube_proxy(families=("IPv4", "IPv6")),
     }
     for why, kp in cases.items():
@@ -264,6 +265,39 @@ def test_not_confirmed_when_any_condition_fails() -> None:
         assert not c.mode.nftables_confirmed, why
         assert not c.stale, why
     assert not classify(snapshot(kp=kube_proxy()), NOW).mode.nftables_confirmed  # no table
+
+
+def test_confirmed_by_kube_proxys_own_health_definition() -> None:
+    """Issue 13.1: an idle kube-proxy re-syncs hourly; a node being deleted fails /healthz
+    but /livez says the proxier is fine; a 1.30 nftables proxier exposes no nftables series
+    until its counters first move."""
+    cases = {
+        "idle an hour": kube_proxy(sync_age=3600),
+        "node being deleted": kube_proxy(eligible=False),
+        "no nftables series yet": kube_proxy(series=False),
+        "no /livez, healthy": kube_proxy(livez=False),
+    }
+    for why, kp in cases.items():
+        c = classify(snapshot(ipsets=LEFTOVER_SET, nftables=KP_TABLE, kp=kp), NOW)
+        assert c.mode.nftables_confirmed, (why, c.mode.failed)
+        assert c.stale, why
+    ineligible = classify(snapshot(nftables=KP_TABLE, kp=kube_proxy(eligible=False)), NOW)
+    assert ineligible.mode.evidence[-2] == (
+        "/healthz reports nodeEligible false (node being deleted or tainted "
+        "ToBeDeletedByClusterAutoscaler): not a proxier failure"
+    )
+    stuck = classify(snapshot(nftables=KP_TABLE, kp=kube_proxy(healthy=False)), NOW)
+    assert stuck.mode.failed == (
+        "/livez answers HTTP 503: an update has been queued longer than kube-proxy's healthz "
+        "timeout (kube-proxy is stuck)",
+    )
+
+
+def test_an_explicit_max_sync_age_still_bounds_the_last_sync() -> None:
+    snap = snapshot(nftables=KP_TABLE, kp=kube_proxy(sync_age=600))
+    assert classify(snap, NOW).mode.nftables_confirmed  # off by default
+    c = classify(snap, NOW, max_sync_age=300)
+    assert c.mode.failed == ("metric last sync IPv4 older than --max-sync-age 300s",)
 
 
 def test_detected_mode_and_clean_node_is_not_stale() -> None:
