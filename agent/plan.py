@@ -7,6 +7,7 @@ flushed), and the steps are put in the SPEC §5 order.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -86,6 +87,7 @@ def _referencing(
     leftover_chains: dict[TableKey, set[str]],
     leftover_sets: set[str],
     deletable_jumps: set[tuple[TableKey, str, str]],
+    nft_marks: dict[str, int | None],
 ) -> tuple[dict[tuple[TableKey, str], str], dict[str, str]]:
     """Chains and sets that state not being removed still references, with the reason."""
     kept_chains: dict[tuple[TableKey, str], str] = {}
@@ -106,20 +108,70 @@ def _referencing(
                 for s in rule.match_sets:
                     if s in leftover_sets:
                         kept_sets.setdefault(s, f"referenced by {where}")
-    # A kept chain keeps its rules, so whatever they reference is kept as well.
+    # A kept chain keeps its rules, so whatever they reference is kept as well; a kept
+    # KUBE-MARK-MASQ may keep KUBE-POSTROUTING, whose rules then keep what they reference.
     todo = list(kept_chains)
     while todo:
-        key = todo.pop()
-        for rule in edges.get(key, ()):
-            why = f"referenced by kept chain {key[1]}: -A {key[1]} {rule.text}"
-            target = (key[0], rule.target or "")
-            if rule.target in leftover_chains.get(key[0], set()) and target not in kept_chains:
-                kept_chains[target] = why
-                todo.append(target)
-            for s in rule.match_sets:
-                if s in leftover_sets:
-                    kept_sets.setdefault(s, why)
+        while todo:
+            key = todo.pop()
+            for rule in edges.get(key, ()):
+                why = f"referenced by kept chain {key[1]}: -A {key[1]} {rule.text}"
+                target = (key[0], rule.target or "")
+                if rule.target in leftover_chains.get(key[0], set()) and target not in kept_chains:
+                    kept_chains[target] = why
+                    todo.append(target)
+                for s in rule.match_sets:
+                    if s in leftover_sets:
+                        kept_sets.setdefault(s, why)
+        masquerade = _masquerade_kept(tables, leftover_chains, kept_chains, nft_marks)
+        kept_chains.update(masquerade)
+        todo = list(masquerade)
     return kept_chains, kept_sets
+
+
+_MARK = re.compile(r"-j MARK (?:--set-xmark|--or-mark) (0x[0-9a-fA-F]+)")
+_NFT_FAMILY = {"ipv4": "ip", "ipv6": "ip6"}
+
+
+def _masquerade_kept(
+    tables: list[IptTable],
+    leftover_chains: dict[TableKey, set[str]],
+    kept_chains: dict[tuple[TableKey, str], str],
+    nft_marks: dict[str, int | None],
+) -> dict[tuple[TableKey, str], str]:
+    """KUBE-POSTROUTING kept beside a kept KUBE-MARK-MASQ (SPEC §5).
+
+    A foreign rule that still jumps to KUBE-MARK-MASQ expects its packets masqueraded; with
+    KUBE-POSTROUTING gone that only holds if nftables mode masquerades the same mark bit.
+    """
+    out: dict[tuple[TableKey, str], str] = {}
+    for t in tables:
+        key = _key(t)
+        if t.name != "nat" or not {"KUBE-MARK-MASQ", "KUBE-POSTROUTING"} <= leftover_chains.get(
+            key, set()
+        ):
+            continue
+        if (key, "KUBE-MARK-MASQ") not in kept_chains or (key, "KUBE-POSTROUTING") in kept_chains:
+            continue
+        marks = [
+            int(m.group(1), 16)
+            for ch in t.chains
+            if ch.name == "KUBE-MARK-MASQ"
+            for r in ch.rules
+            if (m := _MARK.search(r.text))
+        ]
+        nft_family = _NFT_FAMILY.get(t.family, t.family)
+        honoured = nft_marks.get(nft_family)
+        if len(marks) == 1 and honoured == marks[0]:
+            continue
+        shown = f"{honoured:#x}" if honoured is not None else "no mark"
+        out[(key, "KUBE-POSTROUTING")] = (
+            f"it masquerades what KUBE-MARK-MASQ marks, which is kept "
+            f"({kept_chains[(key, 'KUBE-MARK-MASQ')]}); nftables mode ({nft_family} kube-proxy) "
+            f"masquerades {shown}, not KUBE-MARK-MASQ's "
+            f"{', '.join(f'{m:#x}' for m in marks) or 'unknown mark'}"
+        )
+    return out
 
 
 def _services_on(link: Link, c: Classification) -> list[str]:
@@ -161,7 +213,10 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
     for f in jump_findings:
         assert isinstance(f.obj, RuleRef)
         deletable.add((_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text))
-    kept_chains, kept_sets = _referencing(tables, leftover_chains, leftover_sets, deletable)
+    nft_marks = {t.family: t.masquerade_mark for t in snap.nftables.data if t.name == "kube-proxy"}
+    kept_chains, kept_sets = _referencing(
+        tables, leftover_chains, leftover_sets, deletable, nft_marks
+    )
 
     for t in tables:
         key = _key(t)

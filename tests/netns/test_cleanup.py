@@ -223,6 +223,34 @@ def test_foreign_references_keep_their_targets_untouched(
         assert again.rc == 1 and "nothing to remove" in again.stdout
 
 
+def test_kept_mark_masq_keeps_its_masquerade_when_nftables_mode_uses_another_mark(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """Issue 13.7: the CNI rule's packets are marked 0x4000 by KUBE-MARK-MASQ; nftables mode
+    here masquerades 0x8000 only, so KUBE-POSTROUTING (and what it uses) must stay."""
+    with node(netns, tmp_path, backend="legacy", dual=False) as (ns, _):
+        ipt = ["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat"]
+        subprocess.run([*ipt, "-N", "CNI-HOSTPORT-SETMARK"], check=True)
+        subprocess.run([*ipt, "-A", "CNI-HOSTPORT-SETMARK", "-j", "KUBE-MARK-MASQ"], check=True)
+        nft = ["ip", "netns", "exec", ns, "nft"]
+        subprocess.run([*nft, "flush", "chain", "ip", "kube-proxy", "masquerading"], check=True)
+        for rule in ("mark and 0x8000 == 0 return", "masquerade fully-random"):
+            subprocess.run([*nft, f"add rule ip kube-proxy masquerading {rule}"], check=True)
+        before = dump(ns)
+        r = apply(ns, tmp_path)
+        assert r.rc == 1, r.stdout + r.stderr
+        assert (
+            "kept chain legacy/ipv4/nat KUBE-POSTROUTING: it masquerades what KUBE-MARK-MASQ "
+            "marks" in r.stdout
+        )
+        assert "masquerades 0x8000, not KUBE-MARK-MASQ's 0x4000" in r.stdout
+        assert dump(ns) == minus_leftovers(
+            before,
+            kept_chains={"KUBE-MARK-MASQ", "KUBE-POSTROUTING"},
+            kept_sets={"KUBE-LOOP-BACK"},
+        )
+
+
 def test_an_interrupted_run_is_completed_by_the_next(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:

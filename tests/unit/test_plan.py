@@ -53,3 +53,54 @@ def test_link_is_kept_while_a_service_that_stays_uses_its_address() -> None:
     assert kept["link"].reason == (
         "1 IPVS service(s) not removed use its addresses: TCP 10.96.0.10:53"
     )
+
+
+MASQ_NAT = """*nat
+:POSTROUTING ACCEPT [0:0]
+:CNI-HOSTPORT-MASQ - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A POSTROUTING -j CNI-HOSTPORT-MASQ
+-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j KUBE-MARK-MASQ
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+COMMIT
+"""
+LOOP_BACK = Ipset("KUBE-LOOP-BACK", "hash:ip,port,ip", 4, 0, 0)
+
+
+def _masq_plan(nft_mark: int | None) -> tuple[list[str], dict[str, str]]:
+    from agent.snapshot import NftTable
+
+    tables = (NftTable("ip", "kube-proxy", masquerade_mark=nft_mark),)
+    snap = snapshot(legacy=MASQ_NAT, ipsets=(LOOP_BACK,), nftables=tables)
+    plan = make_plan(snap, classify(snap, NOW))
+    chains = [c for s in plan.steps if s.table for c in s.table.chains]
+    return chains, {f"{k.kind} {k.name}": k.reason for k in plan.kept}
+
+
+def test_kept_mark_masq_keeps_its_masquerade_unless_nftables_mode_honours_the_mark() -> None:
+    """Issue 13.7: a CNI rule still marks for masquerade through KUBE-MARK-MASQ."""
+    chains, kept = _masq_plan(0x4000)  # nftables mode masquerades the same bit
+    assert chains == ["KUBE-POSTROUTING"]
+    assert set(kept) == {"chain legacy/ipv4/nat KUBE-MARK-MASQ"}
+
+    for other in (0x8000, None):
+        chains, kept = _masq_plan(other)
+        assert chains == []
+        assert set(kept) == {
+            "chain legacy/ipv4/nat KUBE-MARK-MASQ",
+            "chain legacy/ipv4/nat KUBE-POSTROUTING",
+            "jump-rule legacy/ipv4/nat POSTROUTING -> KUBE-POSTROUTING",
+            "ipset KUBE-LOOP-BACK",
+        }
+        shown = f"{other:#x}" if other else "no mark"
+        assert kept["chain legacy/ipv4/nat KUBE-POSTROUTING"] == (
+            "it masquerades what KUBE-MARK-MASQ marks, which is kept (referenced by "
+            "legacy/ipv4/nat -A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j KUBE-MARK-MASQ)"
+            f"; nftables mode (ip kube-proxy) masquerades {shown}, not KUBE-MARK-MASQ's 0x4000"
+        )
