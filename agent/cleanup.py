@@ -99,7 +99,7 @@ def apply(
             )
         if plan.empty:
             say("nothing to remove")
-            code = exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK
+            code = exitcodes.REMAINS if col.classification.removable else exitcodes.OK
             return Result(code, plan, finished_at=time.time())
         refusal = gate_refusal(col)
         if refusal:
@@ -129,8 +129,12 @@ def apply(
             say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
 
         outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
-    remaining = collect().classification.leftovers
-    say(f"after: {len(remaining)} ipvs-mode objects remain")
+    after = collect().classification
+    remaining = after.removable
+    say(
+        f"after: {len(after.leftovers)} ipvs-mode objects remain, "
+        f"{len(after.iptables_leftovers)} iptables-mode objects remain"
+    )
     for k in plan.kept:
         say(f"  kept {k.kind} {k.name}: {k.reason}")
     for o in outcomes:

@@ -369,7 +369,7 @@ def cleanup(
                 if refusal
                 else "nftables mode confirmed: --apply would run this plan"
             )
-            sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
+            sys.exit(exitcodes.REMAINS if col.classification.removable else exitcodes.OK)
         result = procedure.apply(collect, settings, say, note)
     except (procedure.Refused, procedure.CleanupError) as exc:
         say.flush()  # before fail() writes to stderr

@@ -73,8 +73,8 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     n_entries: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
     for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipset"):
         if isinstance(f.obj, Ipset):
-            n_sets[ipset_family(f.name)] += 1
-            n_entries[ipset_family(f.name)] += f.obj.elements
+            n_sets[ipset_family(f.obj)] += 1
+            n_entries[ipset_family(f.obj)] += f.obj.elements
     for fam in ("ipv4", "ipv6"):
         sets.add_metric([fam], n_sets[fam])
         entries.add_metric([fam], n_entries[fam])
@@ -98,6 +98,15 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     g = _gauge("iptables_rules", "Rules in ipvs-mode chains plus jumps into them", labels)
     for key in sorted(rules):
         g.add_metric(list(key), rules[key])
+    yield g
+
+    modes: Counter[tuple[str, str, str]] = Counter()
+    for f in c.owned_by(Owner.IPTABLES_LEFTOVER, "chain"):
+        if isinstance(f.obj, ChainRef):
+            modes[(f.obj.table.backend, f.obj.table.family, f.obj.table.name)] += 1
+    g = _gauge("iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", labels)
+    for key in sorted(modes):
+        g.add_metric(list(key), modes[key])
     yield g
 
     g = _gauge("kube_proxy_mode_info", "1 for the proxy mode kube-proxy reports", ("mode",))

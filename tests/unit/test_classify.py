@@ -184,7 +184,7 @@ def test_kube_firewall_in_two_tables_has_two_owners_in_both_backends() -> None:
         assert o[f"{p}/nat KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-IPTABLES-HINT"] is Owner.KUBELET
-        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.UNKNOWN_KUBE  # iptables mode's
+        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.IPTABLES_LEFTOVER
         assert o[f"{p}/nat DOCKER"] is Owner.FOREIGN
         assert o[f"{p}/nat POSTROUTING -> KUBE-POSTROUTING"] is Owner.IPVS_LEFTOVER
         assert o[f"{p}/filter INPUT -> KUBE-IPVS-FILTER"] is Owner.IPVS_LEFTOVER
