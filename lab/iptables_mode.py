@@ -43,18 +43,23 @@ def rewrite(t: Table, *chains: str) -> None:
     t.rules[:] = [r for r in t.rules if r.split()[:2] not in [["-A", c] for c in chains]]
 
 
-def write(tables: dict[str, Table], node: Node, family: Family) -> None:
-    nat, flt = tables["nat"], tables["filter"]
-    rewrite(nat, *n.IPTABLES_MODE_CHAINS["nat"])
-    rewrite(flt, *n.IPTABLES_MODE_CHAINS["filter"])
-    mark = node.masquerade_mark
-    nat.rules += [
+def masquerade_rules(mark: str) -> list[str]:
+    """KUBE-POSTROUTING and KUBE-MARK-MASQ: byte-identical in ipvs and iptables mode."""
+    return [
         f"-A {n.POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN",
         f"-A {n.POSTROUTING} -j MARK --xor-mark {mark}",
         f'-A {n.POSTROUTING} -m comment --comment "kubernetes service traffic requiring SNAT" '
         "-j MASQUERADE --random-fully",
         f"-A {n.MARK_MASQ} -j MARK --or-mark {mark}",
     ]
+
+
+def write(tables: dict[str, Table], node: Node, family: Family) -> None:
+    nat, flt = tables["nat"], tables["filter"]
+    rewrite(nat, *n.IPTABLES_MODE_CHAINS["nat"])
+    rewrite(flt, *n.IPTABLES_MODE_CHAINS["filter"])
+    mark = node.masquerade_mark
+    nat.rules += masquerade_rules(mark)
     for svc in node.services:
         for port in svc.ports:
             _service_port(nat, flt, node, family, svc, port)

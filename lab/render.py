@@ -216,13 +216,7 @@ def _kube_proxy(t: dict[str, _Table], node: Node, family: Family) -> None:
         f"-A {n.IPVS_FILTER} -m conntrack --ctstate NEW "
         f"-m set --match-set {sn(n.IPVS_IPS)} dst -j REJECT",
     ]
-    nat.rules += [
-        f"-A {n.POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN",
-        f"-A {n.POSTROUTING} -j MARK --xor-mark {mark}",
-        f'-A {n.POSTROUTING} -m comment --comment "kubernetes service traffic requiring SNAT" '
-        "-j MASQUERADE --random-fully",
-        f"-A {n.MARK_MASQ} -j MARK --or-mark {mark}",
-    ]
+    nat.rules += iptables_mode.masquerade_rules(mark)
     for table, builtin, target, comment in n.JUMPS:
         t[table].rules.append(f'-I {builtin} -m comment --comment "{comment}" -j {target}')
 

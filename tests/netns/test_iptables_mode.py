@@ -19,6 +19,7 @@ from lab.scenarios import realistic_node
 from tests import oracle
 from tests.conftest import run_agent
 from tests.dumps import dump, minus_leftovers
+from tests.netns.test_cleanup import apply
 
 pytestmark = pytest.mark.netns
 CONFIRMED = {"mode": "nftables", "last_sync_age": 2.0}
@@ -152,8 +153,7 @@ def test_cleanup_removes_both_modes_and_nothing_else(
     families = {"families": ["IPv4", "IPv6"] if dual else ["IPv4"]}
     with start_fake_kube_proxy(ns, {**CONFIRMED, **families}, tmp_path / "kp.json"):
         before = dump(ns)
-        args = ["--backup-dir", str(tmp_path / "b"), "--lock-file", str(tmp_path / "l")]
-        r = run_agent(ns, "cleanup", "--apply", *args)
+        r = apply(ns, tmp_path)
         assert r.rc == 0, r.stdout + r.stderr
         assert ", 0 kept" in r.stdout and "  kept " not in r.stdout
         after = dump(ns)
@@ -161,9 +161,9 @@ def test_cleanup_removes_both_modes_and_nothing_else(
         doc = run_agent(ns, "audit", "--json").json
         assert doc["iptables_leftovers"] == {"chains": [], "jump_rules": 0}
         assert doc["leftovers"]["iptables_chains"] == []
-        again = run_agent(ns, "cleanup", "--apply", *args)
+        again = apply(ns, tmp_path)
         assert again.rc == 0 and "nothing to remove" in again.stdout
-        (bundle,) = (tmp_path / "b").iterdir()
+        (bundle,) = (tmp_path / "backups").iterdir()
         assert run_agent(ns, "restore", str(bundle)).rc == 0
         assert dump(ns) == before
 
@@ -179,15 +179,7 @@ def test_iptables_only_node_cleanup_and_verify(netns: Callable[[], str], tmp_pat
         checks = {c["name"]: c for c in v.json["checks"]}
         assert checks["no-leftovers"]["status"] == "fail"
         assert "iptables-mode object(s) remain" in checks["no-leftovers"]["evidence"][0]
-        r = run_agent(
-            ns,
-            "cleanup",
-            "--apply",
-            "--backup-dir",
-            str(tmp_path / "b"),
-            "--lock-file",
-            str(tmp_path / "l"),
-        )
+        r = apply(ns, tmp_path)
         assert r.rc == 0, r.stdout + r.stderr
         assert dump(ns) == minus_leftovers(before)
         v = run_agent(ns, "verify", "--json")
