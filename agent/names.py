@@ -82,6 +82,8 @@ VIP_PORT_SETS = frozenset(
         "KUBE-NODE-PORT-LOCAL-SCTP-HASH",
     )
     for n in (base, ipv6_set_name(base))
+) | frozenset(  # 1.9-1.10 sets of Service `IP,proto:port` (plain names in either family)
+    {"KUBE-SERVICE-ACCESS", "KUBE-MASQ-ALL", "KUBE-LOAD-BALANCER-MASQ", "KUBE-LB-INGRESS-LOCAL"}
 )
 # bitmap:port sets of NodePorts, by protocol (older SCTP bitmap sets included).
 NODE_PORT_SETS: dict[str, frozenset[str]] = {
