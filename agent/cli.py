@@ -400,12 +400,12 @@ def cleanup(
 @click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
 def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
-    from agent.job import render
+    from agent.job import InvalidName, render
 
     try:
         click.echo(render(node, image, namespace, apply_), nl=False)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--node") from exc
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
 
 
 @main.command()
