@@ -50,7 +50,7 @@ def node(
         yield ns, kp
 
 
-def apply(ns: str, tmp: Path, *extra: str) -> Any:
+def apply(ns: str, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Any:
     return run_agent(
         ns,
         "cleanup",
@@ -60,6 +60,7 @@ def apply(ns: str, tmp: Path, *extra: str) -> Any:
         "--lock-file",
         str(tmp / "cleanup.lock"),
         *extra,
+        env=env,
     )
 
 
@@ -416,3 +417,20 @@ def test_an_unwritable_lock_or_backup_folder_is_one_line_and_exit_4(
             assert "point --backup-dir at a writable folder; nothing was changed" in lines[0]
         assert reason in lines[0]
         assert dump(ns) == before
+
+
+def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """From `kubectl debug node/...` the host's lock is /host/run/xtables.lock: the agent passes
+    XTABLES_LOCKFILE to iptables, so a holder of that file (kube-proxy, the kubelet) is waited
+    for. Here the test holds it; the legacy restore waits and runs past --tool-timeout."""
+    import fcntl
+
+    lockfile = tmp_path / "host-run" / "xtables.lock"
+    lockfile.parent.mkdir()
+    with node(netns, tmp_path, backend="legacy") as (ns, _), open(lockfile, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = apply(ns, tmp_path, "--tool-timeout", "3", env={"XTABLES_LOCKFILE": str(lockfile)})
+    assert r.rc == 4, r
+    assert "iptables-legacy-restore did not finish within 3s" in r.stdout, r.stdout

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from agent import __version__
 from agent.cli import main
 from agent.job import InvalidName, render
 
@@ -24,7 +25,8 @@ def _job(*args: Any, **kw: Any) -> Any:
 
 def test_committed_example_means_what_the_command_renders() -> None:
     committed = yaml.safe_load((REPO / "daemonset" / "cleanup-job.yaml").read_text())
-    assert committed == _job("example-node", "ghcr.io/example/ipvs-leftovers:0.1.0", apply=True)
+    image = f"ghcr.io/example/ipvs-leftovers:{__version__}"  # re-render it when the version moves
+    assert committed == _job("example-node", image, apply=True)
 
 
 def test_pinned_to_the_node_with_minimal_capabilities() -> None:
