@@ -7,14 +7,12 @@ later pass sees the change. The client must refuse that dump and read a whole on
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 
 from lab import build
+from tests.conftest import python_json
 
 pytestmark = pytest.mark.netns
 
@@ -38,14 +36,7 @@ print(json.dumps({"outcome": outcome, "seen": seen, "again": again}))
 
 
 def _probe(ns: str, kind: str, *change: str) -> dict[str, object]:
-    out = subprocess.run(
-        ["ip", "netns", "exec", ns, sys.executable, "-c", PROBE, kind, *change],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    result: dict[str, object] = json.loads(out)
+    result: dict[str, object] = python_json(ns, "-c", PROBE, kind, *change)
     return result
 
 

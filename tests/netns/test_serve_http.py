@@ -3,7 +3,6 @@ process_* metrics, _info series, the scrape deadline, HEAD."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from lab import build
 from lab.scenarios import realistic_node
-from tests.conftest import REPO
+from tests.conftest import REPO, python_json
 from tests.serving import broken_tool_dir, scrape, serving
 
 pytestmark = pytest.mark.netns
@@ -24,14 +23,7 @@ FETCH = str(REPO / "tests" / "fetch.py")
 
 
 def fetch(ns: str, url: str, *args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        ["ip", "netns", "exec", ns, sys.executable, FETCH, url, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(out)
+    result: dict[str, Any] = python_json(ns, FETCH, url, *args)
     return result
 
 
