@@ -191,7 +191,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default=":9437",
     show_default=True,
     callback=_listen,
-    help="[ADDR]:PORT to serve on; ADDR defaults to all addresses.",
+    help="[ADDR]:PORT to serve on; without ADDR, every address of both families (IPv4 only "
+    "when the kernel has no IPv6).",
 )
 @click.option(
     "--min-interval",
