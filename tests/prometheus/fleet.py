@@ -156,8 +156,9 @@ def _start_prometheus(fleet: Fleet, targets: list[tuple[str, str]]) -> None:
     rules = rules_file(work / "ipvs-leftovers.rules.yaml")
     config = {
         "global": {
-            "scrape_interval": f"{SCRAPE_INTERVAL * fleet.slow:g}s",
-            "scrape_timeout": f"{SCRAPE_TIMEOUT * fleet.slow:g}s",
+            # Prometheus takes whole units only: milliseconds
+            "scrape_interval": f"{round(SCRAPE_INTERVAL * fleet.slow * 1000)}ms",
+            "scrape_timeout": f"{round(SCRAPE_TIMEOUT * fleet.slow * 1000)}ms",
             "evaluation_interval": "1s",
         },
         "rule_files": [str(rules)],
