@@ -44,7 +44,8 @@ NODES = [
         realistic_node(ipvs_leftovers=False, nftables_table=True),
         {**NFT, "last_sync_age": 7200.0},
     ),
-    LabNode("node-stale", realistic_node(nftables_table=True), NFT),
+    # ipvs-mode leftovers, and iptables-mode ones from a node that also ran iptables mode
+    LabNode("node-stale", realistic_node(nftables_table=True, iptables_mode=True), NFT),
     LabNode("node-ipvs", realistic_node(), {**NFT, "mode": "ipvs"}),
     LabNode(
         "node-foreign",
@@ -61,6 +62,7 @@ NODES = [
 GONE = ["node-gone"]
 FIRING = {
     ("IPVSLeftoversStale", "node-stale"),
+    ("IPVSLeftoversIptablesModeChains", "node-stale"),
     ("IPVSLeftoversKubeProxyUnreachable", "node-kp-down"),
     ("IPVSLeftoversKubeProxyNotSynced", "node-kp-stuck"),
     ("IPVSLeftoversKubeProxyNftablesSyncFailing", "node-kp-stuck"),
@@ -120,6 +122,8 @@ def oracle_sum(name: str, what: str) -> float:
     got = expected(spec)
     if what == "ipsets":
         return float(sum(got["ipsets"].values()))
+    if what == "iptables-mode chains":
+        return float(len(got["iptables_leftovers"]["chains"]))
     return float(len(got["iptables_chains"]))
 
 
@@ -142,11 +146,12 @@ def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
         "ipvs": 1.0,
         "unknown": 1.0,
     }
-    fleet_objects = "ipvs-mode objects by kind (fleet)"
+    fleet_objects = "kube-proxy leftovers by kind (fleet)"
     assert one(fleet_objects, "A") == 0  # IPVS virtual servers: none on this kernel
     assert one(fleet_objects, "B") == sum(oracle_sum(n, "ipsets") for n in WITH_LEFTOVERS)
     assert one(fleet_objects, "C") == sum(oracle_sum(n, "chains") for n in WITH_LEFTOVERS)
     assert one(fleet_objects, "D") == 0
+    assert one(fleet_objects, "E") == oracle_sum("node-stale", "iptables-mode chains") > 0
     # one 0 per confirmed nftables node (node-clean, idle, joins them once the gate follows
     # kube-proxy's own health, issue 13.1)
     confirmed = values(lab, "ipvs_leftovers_nftables_mode_confirmed == 1")
@@ -182,7 +187,7 @@ def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
     assert lab.query(other[("Nodes reporting", "A")]) == []
 
 
-def test_cleanup_on_the_stale_node_clears_its_alert_and_panels(
+def test_cleanup_on_the_stale_node_clears_its_alerts_and_panels(
     lab: Fleet, image: str, tmp_path: Path
 ) -> None:
     lab.wait_alerts(FIRING)
@@ -190,7 +195,10 @@ def test_cleanup_on_the_stale_node_clears_its_alert_and_panels(
     spec = pod_spec(CLEANUP_JOB, tmp_path / "host")
     r = run(image, node.ns, spec, *spec.args)
     assert r.rc == 0, r.stdout + r.stderr
-    after = FIRING - {("IPVSLeftoversStale", "node-stale")}
+    after = FIRING - {
+        ("IPVSLeftoversStale", "node-stale"),
+        ("IPVSLeftoversIptablesModeChains", "node-stale"),
+    }
     lab.wait_alerts(after)
     q = panel_queries(cluster="lab")
     assert lab.query(q[("Nodes with leftovers", "A")])[0][1] == 0
