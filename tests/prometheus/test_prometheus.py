@@ -7,9 +7,9 @@ iptables (both backends) and nftables state, with kube-proxy's mode and health s
 lab's fake kube-proxy. "Live ipvs" is a node whose kube-proxy answers `ipvs` over its in-use
 ipvs-mode sets and chains; "foreign" is a node with only third-party state (Docker/CNI chains,
 user sets) beside kube-proxy's nftables table. IPVS services themselves (kube-proxy's and
-foreign ones) and kube-ipvs0 are not on these nodes: IPVSLeftoversForeignIPVSServices and
-IPVSLeftoversKubeIPVS0Stale are proven by promtool (daemonset/tests/alerts_test.yaml) and their
-series by the VM tier's serve tests.
+foreign ones) and kube-ipvs0 are not on these nodes:
+IPVSLeftoversForeignIPVSServices and IPVSLeftoversKubeIPVS0Stale fire in the VM tier's
+tests/vm/test_prometheus_vm.py, with the same fleet code on Debian's kernel.
 """
 
 from __future__ import annotations
