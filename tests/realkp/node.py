@@ -321,19 +321,39 @@ class KubeProxy:
         return http_get(self.net.ns, "http://127.0.0.1:10249/metrics")[1]
 
     def synced(self) -> bool:
-        """A first full sync happened: the sync timestamp metric is set (healthz says 200
-        before the first sync already), and for nftables the tables exist."""
+        """Every family's proxier finished a first full sync. The sync metrics carry no family
+        label in v1.30 (one family's sync sets them), and /healthz answers 200 before any sync,
+        so each family's last write of its sync is looked for in the kernel as well."""
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"kube-proxy {self.mode} exited: {self.tail()}")
-        text = self.metrics()
-        stamps = [
+        syncs = [
             float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("kubeproxy_sync_proxy_rules_last_timestamp_seconds")
+            for line in self.metrics().splitlines()
+            if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")
         ]
-        if not stamps or min(stamps) <= 0:
+        families = self.families()
+        if not syncs or syncs[0] < len(families):
             return False
-        return http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0] == 200
+        if http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0] != 200:
+            return False
+        return all(self._family_synced(f) for f in families)
+
+    def families(self) -> tuple[str, ...]:
+        """kube-proxy runs both families whenever ip6tables works, IPv4-only node or not."""
+        return ("ipv4", "ipv6") if "running in dual-stack mode" in self.tail(None) else ("ipv4",)
+
+    def _family_synced(self, family: str) -> bool:
+        ns = self.net.ns
+        if self.mode == "nftables":
+            table = "ip6 kube-proxy" if family == "ipv6" else "ip kube-proxy"
+            return f"table {table}\n" in ns_run(ns, "nft", "list", "tables") + "\n"
+        tool = f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{self.net.backend}-save"
+        nat = ns_run(ns, tool, "-t", "nat", check=False)
+        if self.mode == "ipvs":
+            # written by the iptables-restore that follows a sync's IPVS and ipset work
+            loopback = "::1/128" if family == "ipv6" else "127.0.0.0/8"
+            return f"-A KUBE-SERVICES -s {loopback} -j RETURN" in nat
+        return "-j KUBE-NODEPORTS" in nat  # iptables mode: the last rule of KUBE-SERVICES
 
     def wait_synced(self, timeout: float = 600.0) -> float:
         deadline = time.monotonic() + timeout
@@ -345,8 +365,9 @@ class KubeProxy:
             time.sleep(2)
         raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
 
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log else ""
+    def tail(self, chars: int | None = 3000) -> str:
+        text = self.log.read_text(errors="replace") if self.log else ""
+        return text[-chars:] if chars else text
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

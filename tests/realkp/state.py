@@ -76,12 +76,16 @@ def read_ipvs(ns: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     return {k: sorted(v) for k, v in services.items()}, lines
 
 
+_INITVAL = re.compile(r" initval 0x[0-9a-f]+")
+
+
 def read_ipsets(ns: str) -> dict[str, list[str]]:
     sets: dict[str, list[str]] = {}
     for line in ns_run(ns, "ipset", "save").splitlines():
         words = line.split()
         if len(words) > 1 and words[0] in ("create", "add"):
-            sets.setdefault(words[1], []).append(line)
+            # initval is the hash's random seed, chosen anew by every create
+            sets.setdefault(words[1], []).append(_INITVAL.sub("", line))
     return {k: [v[0], *sorted(v[1:])] for k, v in sets.items()}
 
 

@@ -423,9 +423,40 @@ def test_startup_cleanup_of_this_release(runs: dict[str, NodeRun], node: str) ->
     left = sc.leftovers
     net = sc.net
     assert not sc.before.ipvs, "nftables mode's start flushes all IPVS"
-    want = {f"chain {net.backend}/{f}/nat KUBE-MARK-MASQ" for f in net.families}
+    # kube-proxy runs both families here (ip6tables works), IPv4-only node or not
+    want = {f"chain {net.backend}/{f}/nat KUBE-MARK-MASQ" for f in ("ipv4", "ipv6")}
     assert {o for o in left if o.startswith(("chain ", "rule "))} == want
     assert {o for o in left if o.startswith("ipset ")} == {
         o for o in sc.made_ipvs if o.startswith("ipset KUBE-6-")
     }
     assert "link kube-ipvs0" not in left
+
+
+@pytest.mark.parametrize("node", NODE_IDS)
+def test_kube_proxy_cleanup_side_by_side(runs: dict[str, NodeRun], node: str) -> None:
+    """`kube-proxy --cleanup` on scenario B's state (README Decisions): it flushes the
+    keepalived-style IPVS service the agent keeps, and leaves nat KUBE-MARK-MASQ and the
+    KUBE-6-* sets that the agent removes."""
+    run = runs[node]
+    assert not run.error, run.error
+    sc = run.scenarios["B"]
+    before, after = run.states["B-stopped"], run.states["B-after-kube-proxy-cleanup"]
+    removed = before.objects() - after.objects()
+    left = before.objects() & after.objects()
+    foreign_ipvs = {o for o in before.objects() if o.startswith("ipvs ") and o not in sc.made_ipvs}
+    save_json(
+        _out_dir() / node / "kube-proxy-cleanup-diff.json",
+        {
+            "rc": run.kp_cleanup[0],
+            "removed_foreign": sorted(removed - sc.made_ipvs),
+            "left_kube": sorted(left & sc.made_ipvs),
+            "removed_kube": sorted(removed & sc.made_ipvs),
+        },
+    )
+    assert foreign_ipvs and foreign_ipvs <= removed
+    assert removed - sc.made_ipvs == foreign_ipvs | {"nft ip kube-proxy", "nft ip6 kube-proxy"}
+    b = sc.net.backend
+    assert left & sc.made_ipvs == {
+        f"chain {b}/ipv4/nat KUBE-MARK-MASQ",
+        f"chain {b}/ipv6/nat KUBE-MARK-MASQ",
+    } | {o for o in sc.made_ipvs if o.startswith("ipset KUBE-6-")}
