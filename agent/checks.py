@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent import names
-from agent.classify import Classification, Owner, RuleRef, chain_owner
+from agent.classify import (
+    KUBE_PROXY_CLASSES,
+    Classification,
+    Owner,
+    RuleRef,
+    active_families,
+    chain_owner,
+    is_ipv6,
+    kube_proxy_health,
+    nftables_tables,
+    sync_age,
+)
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
 
@@ -24,12 +35,6 @@ SCHEMA = 1
 NFTABLES_MIN_KERNEL = (5, 13)
 LIST_LIMIT = 20  # objects listed in one check's evidence
 
-# Chains kube-proxy's iptables mode makes (pkg/proxy/iptables). nftables mode's start removes
-# them along with the ipvs-mode ones, so their references to KUBE-* chains are kube-proxy's own.
-IPTABLES_MODE_CHAINS = frozenset(
-    {"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-CANARY"}
-)
-IPTABLES_MODE_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SVL-")
 ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
 
 
@@ -332,10 +337,9 @@ def check_conntrack_invalid(snap: Snapshot) -> Check:
 
 
 def _kube_proxy_chain(table: str, chain: str) -> bool:
-    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it."""
-    if chain_owner(table, chain)[0] is Owner.IPVS_LEFTOVER:
-        return True
-    return chain in IPTABLES_MODE_CHAINS or chain.startswith(IPTABLES_MODE_PREFIXES)
+    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it, so
+    its references to KUBE-* chains are kube-proxy's own."""
+    return chain_owner(table, chain)[0] in KUBE_PROXY_CLASSES
 
 
 def _key(t: IptTable) -> tuple[str, str, str]:
@@ -348,7 +352,8 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
     own_jumps = {
         (_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text)
         for f in c.findings
-        if isinstance(f.obj, RuleRef) and f.owner in (Owner.IPVS_LEFTOVER, Owner.KUBELET)
+        if isinstance(f.obj, RuleRef)
+        and (f.owner in KUBE_PROXY_CLASSES or f.owner is Owner.KUBELET)
     }
     out: list[str] = []
     tables: list[IptTable] = [*snap.iptables_legacy.data, *snap.iptables_nft.data]
@@ -366,7 +371,6 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
                     target.startswith("KUBE-")
                     and chain_owner(t.name, target)[0] is not Owner.KUBELET
                     and (_key(t), rule.chain, rule.text) not in own_jumps
-                    and not (chain.builtin and _iptables_mode_jump(t.name, target, rule.comment))
                 ):
                     why.append(f"jumps to {target}")
                 why += [f"matches set {s}" for s in rule.match_sets if s.startswith("KUBE-")]
@@ -374,15 +378,6 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
                     where = f"{t.backend}/{t.family}/{t.name}"
                     out.append(f"{where} -A {chain.name} {rule.text} ({'; '.join(why)})")
     return out
-
-
-def _iptables_mode_jump(table: str, target: str, comment: str | None) -> bool:
-    # iptables mode's own jumps from built-in chains carry a "kubernetes ..." comment
-    return (
-        comment is not None
-        and comment.startswith("kubernetes ")
-        and (target in IPTABLES_MODE_CHAINS or target.startswith(IPTABLES_MODE_PREFIXES))
-    )
 
 
 def check_foreign_references(snap: Snapshot, c: Classification) -> tuple[Check, int | None]:
@@ -549,18 +544,12 @@ def precheck(
 # --- verify ---------------------------------------------------------------------------------
 
 
-def active_families(snap: Snapshot) -> list[str]:
-    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric, else IPv4."""
-    health = snap.kube_proxy.healthz.data
-    if health is not None and health.families:
-        return sorted(health.families)
-    metrics = snap.kube_proxy.metrics.data
-    if metrics is not None and any(metrics.last_sync):
-        return sorted(f for f in metrics.last_sync if f)
-    return ["IPv4"]
+def _families(snap: Snapshot, c: Classification) -> list[str]:
+    return active_families(snap, any(is_ipv6(f) for f in c.removable))
 
 
-def check_nftables_mode(snap: Snapshot) -> Check:
+def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
+    """The mode part of SPEC §5's gate: /proxyMode and the tables of every active family."""
     kp = snap.kube_proxy
     ok: list[str] = []
     bad: list[str] = []
@@ -570,24 +559,13 @@ def check_nftables_mode(snap: Snapshot) -> Check:
         ok.append("/proxyMode answers nftables")
     else:
         bad.append(f"/proxyMode answers {kp.proxy_mode.data}, not nftables")
-    m = kp.metrics
-    if m.status != "ok" or m.data is None:
-        bad.append(f"/metrics {m.status}: {m.error}")
-    elif m.data.nftables_series:
-        ok.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
-    else:
-        bad.append("/metrics has no kubeproxy_sync_proxy_rules_nftables_* series")
-    if snap.nftables.status != "ok":
-        bad.append(f"could not read nftables: {snap.nftables.status} {snap.nftables.error or ''}")
-    else:
-        tables = {(t.family, t.name) for t in snap.nftables.data}
-        for fam in active_families(snap):
-            nft_fam = "ip6" if fam == "IPv6" else "ip"
-            if (nft_fam, "kube-proxy") in tables:
-                ok.append(f"nftables table {nft_fam} kube-proxy exists ({fam})")
-            else:
-                bad.append(f"no nftables table {nft_fam} kube-proxy for active family {fam}")
-    return _check("nftables-mode", "fail" if bad else "pass", *bad, *ok)
+    found, missing = nftables_tables(snap, _families(snap, c))
+    m = kp.metrics.data
+    if m is not None and m.nftables_series:
+        found.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
+    return _check(
+        "nftables-mode", "fail" if bad or missing else "pass", *bad, *missing, *ok, *found
+    )
 
 
 _KERNEL_SOURCES = ("ipvs", "ipsets", "iptables_legacy", "iptables_nft", "nftables", "links")
@@ -600,10 +578,18 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
         if n in _KERNEL_SOURCES and r.status == "error"
     ]
     left = c.leftovers
-    if not left and not errors:
+    # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
+    ipt = c.iptables_leftovers
+    if not left and not ipt and not errors:
         return _check("no-leftovers", "pass", "no ipvs-mode object on the node")
     counts = Counter(f.kind for f in left)
     evidence = list(errors)
+    if ipt:
+        evidence.append(
+            f"{len(ipt)} iptables-mode object(s) remain: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(Counter(f.kind for f in ipt).items()))
+            + " (ipvs-leftovers cleanup removes them)"
+        )
     if left:
         evidence.append(
             f"{len(left)} ipvs-mode object(s) remain: "
@@ -628,39 +614,24 @@ def check_kube_ipvs0_gone(snap: Snapshot) -> Check:
     )
 
 
-def check_nftables_sync(snap: Snapshot, now: float, max_sync_age: float) -> Check:
+def check_nftables_sync(
+    snap: Snapshot, c: Classification, now: float, max_sync_age: float
+) -> Check:
+    """kube-proxy healthy by its own definition (the gate's), and no failed nftables sync."""
     kp = snap.kube_proxy
-    ok: list[str] = []
-    bad: list[str] = []
-    families = active_families(snap)
+    ok, bad = kube_proxy_health(kp)
+    bad += sync_age(kp, _families(snap, c), now, max_sync_age)
     m = kp.metrics
     if m.status != "ok" or m.data is None:
         bad.append(f"/metrics {m.status}: {m.error}")
-    else:
+    elif m.data.nftables_sync_failures is None:
+        # The counter is exposed once it first moves: absent means no failure yet.
+        ok.append("no kubeproxy_sync_proxy_rules_nftables_sync_failures_total counted yet")
+    elif m.data.nftables_sync_failures > 0:
         failures = m.data.nftables_sync_failures
-        if failures is None:
-            bad.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total is absent")
-        elif failures > 0:
-            bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
-        else:
-            ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
-        ref = kp.read_at or now
-        stamps = m.data.last_sync
-        for fam in families:
-            stamp = stamps.get(fam, stamps.get(""))
-            if stamp is None:
-                bad.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
-            elif ref - stamp > max_sync_age:
-                bad.append(f"last sync {fam} {ref - stamp:.0f}s ago, over {max_sync_age:g}s")
-            else:
-                ok.append(f"last sync {fam} {ref - stamp:.0f}s ago (within {max_sync_age:g}s)")
-    h = kp.healthz
-    if h.status != "ok" or h.data is None:
-        bad.append(f"/healthz {h.status}: {h.error}")
-    elif not h.data.healthy:
-        bad.append(f"/healthz answers HTTP {h.data.http_status}: unhealthy")
+        bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
     else:
-        ok.append(f"/healthz answers HTTP {h.data.http_status}: healthy")
+        ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
     return _check("nftables-sync", "fail" if bad else "pass", *bad, *ok)
 
 
@@ -678,10 +649,10 @@ def verify(
 ) -> list[Check]:
     """After the migration: is this node clean and is the new data plane working (SPEC §7)."""
     return [
-        check_nftables_mode(snap),
+        check_nftables_mode(snap, c),
         check_no_leftovers(snap, c),
         check_kube_ipvs0_gone(snap),
-        check_nftables_sync(snap, now, max_sync_age),
+        check_nftables_sync(snap, c, now, max_sync_age),
         check_probe(probe),
     ]
 

@@ -19,6 +19,7 @@ from agent.snapshot import (
     IptRule,
     IptTable,
     IpvsService,
+    KubeProxy,
     Links,
     NftTable,
     Snapshot,
@@ -31,6 +32,8 @@ class Owner(StrEnum):
     KUBELET = "kubelet"
     FOREIGN = "foreign"
     UNKNOWN_KUBE = "unknown-kube"
+    # created by kube-proxy's iptables mode on a node that ran it before or between (SPEC §4)
+    IPTABLES_LEFTOVER = "iptables-leftover"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,15 @@ class Classification:
     def leftovers(self) -> list[Finding]:
         return self.owned_by(Owner.IPVS_LEFTOVER)
 
+    @property
+    def iptables_leftovers(self) -> list[Finding]:
+        return self.owned_by(Owner.IPTABLES_LEFTOVER)
+
+    @property
+    def removable(self) -> list[Finding]:
+        """What cleanup removes: kube-proxy's objects of both modes it left (SPEC §4, §5)."""
+        return [f for f in self.findings if f.owner in KUBE_PROXY_CLASSES]
+
 
 # --- IPVS -----------------------------------------------------------------------------------
 
@@ -120,36 +132,54 @@ class IpvsEvidence:
         )
 
     def sets_needed(self, svc: IpvsService) -> frozenset[str]:
-        """The sets whose members could attribute `svc` when its address is not bound."""
-        if svc.address is None:
-            return frozenset()  # fwmark services are never kube-proxy's
-        addr = _addr(svc.address)
-        if addr in self.bound:
-            return frozenset()
-        if addr not in self.node:
-            return names.VIP_PORT_SETS
-        node_port = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
-        return node_port | names.VIP_PORT_SETS if svc.protocol == "SCTP" else node_port
+        """The sets whose members can name `svc`'s address and port (SPEC §4)."""
+        if svc.address is None or (svc.protocol, _addr(svc.address), svc.port) == (
+            names.PROBE_SERVICE
+        ):
+            return frozenset()  # fwmark services are never kube-proxy's; the probe is known
+        if _addr(svc.address) in self.node:
+            # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
+            return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
+        return names.VIP_PORT_SETS
 
-    def of_service(self, svc: IpvsService) -> list[str]:
-        """Why `svc` is kube-proxy's; empty when nothing says so (then it is foreign)."""
+    def of_service(self, svc: IpvsService) -> Attribution:
+        """What names `svc` as kube-proxy's: strong evidence names its address and port."""
         if svc.address is None or svc.port is None:
-            return []  # kube-proxy's ipvs mode never makes fwmark services
+            return Attribution()  # kube-proxy's ipvs mode never makes fwmark services
         addr = _addr(svc.address)
-        evidence = []
-        if addr in self.bound:
-            evidence.append(f"address {addr} is bound to {names.KUBE_IPVS0}")
+        strong: list[str] = []
+        weak: list[str] = []
         member = f"{addr},{svc.protocol.lower()}:{svc.port}"
         node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
         for name in sorted(self.members):
             entries = self.members[name]
             if name in names.VIP_PORT_SETS and member in entries:
-                evidence.append(f"{member} is a member of ipset {name}")
-            elif name in node_port_sets and addr in self.node and str(svc.port) in entries:
-                evidence.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
+                strong.append(f"{member} is a member of ipset {name}")
+            elif name in node_port_sets and str(svc.port) in entries:
+                if addr in self.node:
+                    strong.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
+                else:
+                    weak.append(
+                        f"port {svc.port} is in ipset {name}, but {addr} is not a node address"
+                    )
         if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
-            evidence.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
-        return evidence
+            strong.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
+        if addr in self.bound:
+            weak.append(f"address {addr} is bound to {names.KUBE_IPVS0} (any port would be)")
+        return Attribution(tuple(strong), tuple(weak))
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Why a virtual server may be kube-proxy's (SPEC §4).
+
+    `strong` names its address and port in kube-proxy's own records; `weak` names only one of
+    them (a kube-ipvs0 address, a NodePort number off the node's addresses), which a
+    keepalived service set up later on a reused address or port would also show.
+    """
+
+    strong: tuple[str, ...] = ()
+    weak: tuple[str, ...] = ()
 
 
 _ALL_NODE_PORT_SETS = frozenset().union(*names.NODE_PORT_SETS.values())
@@ -168,8 +198,8 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
     return frozenset(needed)
 
 
-def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> list[str]:
-    """Why `svc` is kube-proxy's; empty when nothing says so (then it is foreign)."""
+def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> Attribution:
+    """Why `svc` may be kube-proxy's, strong and weak."""
     return IpvsEvidence.of(links, sets).of_service(svc)
 
 
@@ -178,11 +208,18 @@ def classify_ipvs(
 ) -> Iterator[Finding]:
     index = IpvsEvidence.of(links, sets)
     for svc in services:
-        evidence = index.of_service(svc)
-        owner = Owner.IPVS_LEFTOVER if evidence else Owner.FOREIGN
-        if not evidence:
-            evidence = ["no kube-ipvs0 address, KUBE-* set member, NodePort or probe evidence"]
-        yield Finding(owner, "ipvs", "ipvs-service", svc.key, tuple(evidence), svc)
+        why = index.of_service(svc)
+        if why.strong:
+            yield Finding(Owner.IPVS_LEFTOVER, "ipvs", "ipvs-service", svc.key, why.strong, svc)
+        elif why.weak:
+            evidence = (
+                *why.weak,
+                "no KUBE-* set names its address and port: weak evidence, never touched",
+            )
+            yield Finding(Owner.UNKNOWN_KUBE, "ipvs", "ipvs-service", svc.key, evidence, svc)
+        else:
+            evidence = ("no KUBE-* set member, NodePort or probe evidence",)
+            yield Finding(Owner.FOREIGN, "ipvs", "ipvs-service", svc.key, evidence, svc)
 
 
 # --- ipsets ---------------------------------------------------------------------------------
@@ -193,6 +230,9 @@ def classify_ipset(s: Ipset) -> Finding:
     if known is not None:
         types, family, old = known
         family_ok = s.family in (None, family)
+        if s.family == 6 and family == 4 and s.name in names.PLAIN_NAME_IPV6_OK:
+            # an IPv6-only node of a release before the KUBE-6- prefix
+            family, old, family_ok = 6, True, True
         if s.type in types and family_ok:
             why = f"kube-proxy ipvs-mode set {'of an older release ' if old else ''}"
             why += f"({s.type}, IPv{family})"
@@ -217,15 +257,32 @@ def classify_ipset(s: Ipset) -> Finding:
     return Finding(Owner.FOREIGN, "ipsets", "ipset", s.name, ("not a kube-proxy name",), s)
 
 
-def ipset_family(name: str) -> str:
-    return "ipv6" if name.startswith("KUBE-6-") else "ipv4"
+def ipset_family(s: Ipset) -> str:
+    """ipv6 for KUBE-6- names and for the plain-named inet6 sets of older releases."""
+    return "ipv6" if s.name.startswith("KUBE-6-") or s.family == 6 else "ipv4"
 
 
 # --- iptables -------------------------------------------------------------------------------
 
 
+def _iptables_mode_name(table: str, chain: str) -> bool:
+    return chain in names.IPTABLES_MODE_CHAINS.get(table, ()) or chain.startswith(
+        names.IPTABLES_MODE_PREFIXES.get(table, ("\0",))
+    )
+
+
+def _ipvs_mode_name(table: str, chain: str) -> bool:
+    return chain in names.IPVS_CHAINS.get(table, ()) or chain in names.OLD_IPVS_CHAINS.get(
+        table, ()
+    )
+
+
 def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
-    """Ownership of a (table, chain) pair; the backend and family never change it."""
+    """Ownership of a (table, chain) pair by name; the backend and family never change it.
+
+    A name both kube-proxy modes use in that table (nat KUBE-SERVICES, ...) is ipvs-leftover
+    here; `classify_iptables` decides such a shared chain by its rules (`shared_chain_owner`).
+    """
     if (table, chain) in names.KUBELET_CHAINS:
         return Owner.KUBELET, f"kubelet chain {table}/{chain}"
     if chain in names.IPVS_CHAINS.get(table, ()):
@@ -233,58 +290,128 @@ def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
     if chain in names.OLD_IPVS_CHAINS.get(table, ()):
         return Owner.IPVS_LEFTOVER, f"chain {table}/{chain} of an older ipvs-mode release"
     if chain in names.AMBIGUOUS_CHAINS.get(table, ()):
-        return Owner.UNKNOWN_KUBE, f"{table}/{chain}: old kubelet or old ipvs mode; never touched"
+        return (
+            Owner.UNKNOWN_KUBE,
+            f"{table}/{chain}: old kubelet, old ipvs or old iptables mode; never touched",
+        )
+    if _iptables_mode_name(table, chain):
+        return Owner.IPTABLES_LEFTOVER, f"kube-proxy iptables-mode chain {table}/{chain}"
     if chain.startswith("KUBE-"):
-        return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no ipvs-mode or kubelet chain"
+        return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no kube-proxy or kubelet chain"
     return Owner.FOREIGN, f"{table}/{chain} is not a Kubernetes chain"
+
+
+def _is_shared(table: str, chain: str) -> bool:
+    return chain in names.IPVS_CHAINS.get(table, ()) and chain in names.IPTABLES_MODE_CHAINS.get(
+        table, ()
+    )
+
+
+def _mode_of_rules(table: str, chain: IptChain) -> Owner | None:
+    """Which kube-proxy mode wrote `chain`'s rules, when they say so; None when both modes
+    write the same rules (KUBE-MARK-MASQ, KUBE-POSTROUTING, ...) or the chain is empty.
+
+    Each mode rewrites a whole chain on every sync (iptables-restore with the chain declared),
+    so a shared chain holds the rules of the mode that synced it last.
+    """
+    ipvs = iptables = False
+    for r in chain.rules:
+        target = r.target or ""
+        if any(s in names.IPVS_SETS for s in r.match_sets) or (
+            _ipvs_mode_name(table, target) and not _is_shared(table, target)
+        ):
+            ipvs = True
+        if (
+            (_iptables_mode_name(table, target) and not _is_shared(table, target))
+            or "KUBE-FW-" in (r.comment or "")  # "... traffic not accepted by KUBE-FW-..."
+            or (chain.name == "KUBE-FORWARD" and "--ctstate INVALID" in r.text)
+        ):
+            iptables = True
+    if ipvs:
+        return Owner.IPVS_LEFTOVER
+    return Owner.IPTABLES_LEFTOVER if iptables else None
+
+
+def shared_chain_owner(t: IptTable, chain: IptChain) -> tuple[Owner, str]:
+    """Owner of a chain name both modes use: its rules decide; rules both modes write decide
+    nothing, and then the other kube-proxy chains of the same table do (any ipvs-mode one makes
+    it ipvs-mode; iptables-mode ones alone make it iptables-mode). Either way it is a
+    kube-proxy leftover, removed by the same cleanup."""
+    where = f"{t.name}/{chain.name}"
+    by_rules = _mode_of_rules(t.name, chain)
+    if by_rules is Owner.IPVS_LEFTOVER:
+        return by_rules, f"kube-proxy chain {where} holding ipvs-mode rules"
+    if by_rules is Owner.IPTABLES_LEFTOVER:
+        return by_rules, f"kube-proxy chain {where} holding iptables-mode rules"
+    others = [c for c in t.chains if not c.builtin and c.name != chain.name]
+    if any(
+        (_ipvs_mode_name(t.name, c.name) and not _is_shared(t.name, c.name))
+        or (_is_shared(t.name, c.name) and _mode_of_rules(t.name, c) is Owner.IPVS_LEFTOVER)
+        for c in others
+    ):
+        return Owner.IPVS_LEFTOVER, f"kube-proxy ipvs-mode chain {where} (the table's mode)"
+    if any(
+        chain_owner(t.name, c.name)[0] is Owner.IPTABLES_LEFTOVER
+        or (_is_shared(t.name, c.name) and _mode_of_rules(t.name, c) is Owner.IPTABLES_LEFTOVER)
+        for c in others
+    ):
+        return Owner.IPTABLES_LEFTOVER, f"kube-proxy iptables-mode chain {where} (the table's mode)"
+    return Owner.IPVS_LEFTOVER, f"kube-proxy ipvs-mode chain {where}"
+
+
+def table_owners(t: IptTable) -> dict[str, tuple[Owner, str]]:
+    """Owner and why of every non-built-in chain of one table."""
+    return {
+        c.name: (
+            shared_chain_owner(t, c) if _is_shared(t.name, c.name) else chain_owner(t.name, c.name)
+        )
+        for c in t.chains
+        if not c.builtin
+    }
+
+
+KUBE_PROXY_CLASSES = frozenset({Owner.IPVS_LEFTOVER, Owner.IPTABLES_LEFTOVER})
 
 
 def _where(t: IptTable) -> str:
     return f"{t.backend}/{t.family}/{t.name}"
 
 
-def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
-    """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules."""
+def classify_rule(
+    t: IptTable, rule: IptRule, owners: dict[str, tuple[Owner, str]] | None = None
+) -> Finding | None:
+    """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules.
+
+    A jump kube-proxy writes (its comment, from that built-in chain to that target, in any
+    release or mode) belongs to its target's class and goes with it."""
     if rule.target is None or not rule.target.startswith("KUBE-"):
         return None
-    owner, _ = chain_owner(t.name, rule.target)
+    known = (owners or {}).get(rule.target)
+    owner = known[0] if known else chain_owner(t.name, rule.target)[0]
     name = f"{_where(t)} {rule.chain} -> {rule.target}"
-    if owner is Owner.IPVS_LEFTOVER:
+    source = f"iptables_{t.backend}"
+    if owner in KUBE_PROXY_CLASSES:
         key = (t.name, rule.chain, rule.target)
-        if rule.comment is not None and rule.comment == names.IPVS_JUMPS.get(key):
-            return Finding(
-                Owner.IPVS_LEFTOVER,
-                f"iptables_{t.backend}",
-                "jump-rule",
-                name,
-                (f"kube-proxy's jump, comment {rule.comment!r}",),
-                RuleRef(t, rule),
-            )
-        if rule.comment is not None and rule.comment == names.IPTABLES_MODE_JUMPS.get(key):
-            return Finding(
-                Owner.IPVS_LEFTOVER,
-                f"iptables_{t.backend}",
-                "jump-rule",
-                name,
-                (f"iptables-mode kube-proxy's jump into an ipvs-mode chain, {rule.comment!r}",),
-                RuleRef(t, rule),
-            )
+        if rule.comment is not None and rule.comment in names.KUBE_PROXY_JUMPS.get(key, ()):
+            mode = "ipvs-mode" if owner is Owner.IPVS_LEFTOVER else "iptables-mode"
+            why = f"kube-proxy's jump into {mode} chain {rule.target}, comment {rule.comment!r}"
+            return Finding(owner, source, "jump-rule", name, (why,), RuleRef(t, rule))
         # Someone else jumps into kube-proxy's chain: a foreign reference, never touched.
         return Finding(
             Owner.UNKNOWN_KUBE,
-            f"iptables_{t.backend}",
+            source,
             "jump-rule",
             name,
             (
-                f"jump into ipvs-mode chain {rule.target} with a comment kube-proxy never writes "
-                f"({rule.comment!r})",
+                f"jump into kube-proxy chain {rule.target} with a comment kube-proxy never "
+                f"writes there ({rule.comment!r})",
             ),
             RuleRef(t, rule),
         )
     if owner is Owner.KUBELET:
         return Finding(
             Owner.KUBELET,
-            f"iptables_{t.backend}",
+            source,
             "jump-rule",
             name,
             (f"jump into kubelet chain {rule.target}",),
@@ -292,27 +419,27 @@ def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
         )
     return Finding(
         Owner.UNKNOWN_KUBE,
-        f"iptables_{t.backend}",
+        source,
         "jump-rule",
         name,
-        (f"jump into {rule.target}, which is no ipvs-mode chain",),
+        (f"jump into {rule.target}, which is no kube-proxy chain",),
         RuleRef(t, rule),
     )
 
 
 def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
     for t in tables:
-        kinds = {c.name: chain_owner(t.name, c.name)[0] for c in t.chains}
+        owners = table_owners(t)
         for chain in t.chains:
             if chain.builtin:
                 for rule in chain.rules:
-                    jump = classify_rule(t, rule)
+                    jump = classify_rule(t, rule, owners)
                     if jump is not None:
                         yield jump
                 continue
-            owner, why = chain_owner(t.name, chain.name)
+            owner, why = owners[chain.name]
             evidence = [why]
-            refs = foreign_references(t, chain, kinds)
+            refs = foreign_references(t, chain, {n: o for n, (o, _) in owners.items()})
             evidence += [f"referenced by {r.chain}: {r.text}" for r in refs]
             yield Finding(
                 owner,
@@ -325,12 +452,19 @@ def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
 
 
 def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) -> list[IptRule]:
-    """Rules in non-built-in chains of another owner that jump into `chain`."""
-    own = kinds.get(chain.name)
+    """Rules in non-built-in chains of another owner that jump into `chain`.
+
+    kube-proxy's two modes are one owner here: an iptables-mode KUBE-SVC-* chain jumping to an
+    ipvs-mode KUBE-MARK-MASQ is kube-proxy referencing itself, and both go."""
+
+    def group(o: Owner | None) -> object:
+        return "kube-proxy" if o in KUBE_PROXY_CLASSES else o
+
+    own = group(kinds.get(chain.name))
     return [
         r
         for c in t.chains
-        if not c.builtin and kinds.get(c.name) is not own
+        if not c.builtin and group(kinds.get(c.name)) != own
         for r in c.rules
         if r.target == chain.name
     ]
@@ -388,17 +522,92 @@ def classify_link(links: Links) -> Finding | None:
 # --- mode and the nftables-mode confirmation (SPEC §5) --------------------------------------
 
 
-def _families(snap: Snapshot, v6_leftovers: bool) -> set[str]:
+def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
+    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric's labels, else
+    IPv4 (plus IPv6 when IPv6 leftovers exist)."""
     health = snap.kube_proxy.healthz.data
     if health is not None and health.families:
-        return set(health.families)
+        return sorted(health.families)
     metrics = snap.kube_proxy.metrics.data
     if metrics is not None and any(metrics.last_sync):
-        return {f for f in metrics.last_sync if f}
-    return {"IPv4", "IPv6"} if v6_leftovers else {"IPv4"}
+        return sorted(f for f in metrics.last_sync if f)
+    return ["IPv4", "IPv6"] if v6_leftovers else ["IPv4"]
+
+
+def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], list[str]]:
+    """(evidence, failures): kube-proxy's nftables table for each active family."""
+    evidence: list[str] = []
+    failed: list[str] = []
+    if snap.nftables.status == "error":
+        return [], [f"could not read nftables: {snap.nftables.error}"]
+    tables = {(t.family, t.name) for t in snap.nftables.data}
+    for fam in families:
+        nft_family = "ip6" if fam == "IPv6" else "ip"
+        if (nft_family, "kube-proxy") in tables:
+            evidence.append(f"nftables table {nft_family} kube-proxy exists ({fam})")
+        else:
+            failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
+    return evidence, failed
+
+
+def kube_proxy_health(kp: KubeProxy) -> tuple[list[str], list[str]]:
+    """(evidence, failures): is kube-proxy healthy now, by its own definition?
+
+    Its health server fails only when a queued update has waited longer than its healthz
+    timeout; an idle proxier re-syncs once an hour, so an old last sync is no failure.
+    /livez says exactly that; /healthz also fails while the node is being deleted or tainted
+    ToBeDeletedByClusterAutoscaler (nodeEligible false), which says nothing of the proxier.
+    Releases without /livez are judged by /healthz alone.
+    """
+    live, health = kp.livez, kp.healthz
+    notes: list[str] = []
+    if health.status == "ok" and health.data is not None and health.data.node_eligible is False:
+        notes.append(
+            "/healthz reports nodeEligible false (node being deleted or tainted "
+            "ToBeDeletedByClusterAutoscaler): not a proxier failure"
+        )
+    if live.status == "ok" and live.data is not None:
+        if live.data.healthy:
+            return [f"/livez answers HTTP {live.data.http_status}: no update stuck", *notes], []
+        return notes, [
+            f"/livez answers HTTP {live.data.http_status}: an update has been queued longer "
+            "than kube-proxy's healthz timeout (kube-proxy is stuck)"
+        ]
+    if live.status == "error":
+        return notes, [f"/livez error: {live.error}"]
+    if health.status != "ok" or health.data is None:
+        return notes, [f"/healthz {health.status}: {health.error}"]
+    if health.data.healthy:
+        return [f"/healthz answers HTTP {health.data.http_status}: healthy"], []
+    if health.data.node_eligible is False:
+        return notes, [
+            f"/healthz answers HTTP {health.data.http_status} for an ineligible node, and this "
+            "kube-proxy serves no /livez to tell the proxier's own health"
+        ]
+    return notes, [f"/healthz answers HTTP {health.data.http_status}: unhealthy"]
+
+
+def sync_age(kp: KubeProxy, families: list[str], now: float, max_sync_age: float) -> list[str]:
+    """Failures of the opt-in bound on the last sync's age (off when `max_sync_age` is 0)."""
+    metrics = kp.metrics.data
+    if not max_sync_age or metrics is None:
+        return []
+    failed = []
+    for fam in families:
+        stamp = metrics.last_sync.get(fam, metrics.last_sync.get(""))
+        if stamp is None:
+            failed.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
+        elif (kp.read_at or now) - stamp > max_sync_age:
+            failed.append(f"metric last sync {fam} older than --max-sync-age {max_sync_age:g}s")
+    return failed
 
 
 def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
+    """SPEC §5's gate: /proxyMode, the tables of every active family, kube-proxy's health.
+
+    The nftables-specific metric series are extra evidence when present, never required:
+    a release exposes its counters only once they first move.
+    """
     kp = snap.kube_proxy
     evidence: list[str] = []
     failed: list[str] = []
@@ -411,51 +620,21 @@ def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: b
     if mode != "nftables":
         failed.append("kube-proxy does not say nftables")
 
-    families = _families(snap, v6_leftovers)
-    tables = {(t.family, t.name) for t in snap.nftables.data}
-    for fam in sorted(families):
-        key = ("ip6" if fam == "IPv6" else "ip", "kube-proxy")
-        if key in tables:
-            evidence.append(f"nftables table {key[0]} kube-proxy exists ({fam})")
-        else:
-            failed.append(f"no nftables table {key[0]} kube-proxy for active family {fam}")
-
-    health = kp.healthz.data
-    if health is None:
-        failed.append(f"/healthz {kp.healthz.status}: {kp.healthz.error}")
-    elif not health.healthy:
-        failed.append(f"/healthz answers HTTP {health.http_status}, unhealthy")
-    else:
-        ref = health.current_time or kp.read_at or now
-        stamps = (
-            {f: health.families.get(f) for f in families}
-            if health.families
-            else {"": health.last_updated}
-        )
-        for fam, stamp in sorted(stamps.items()):
-            age = None if stamp is None else ref - stamp
-            if age is None or age > max_sync_age:
-                failed.append(f"/healthz last sync {fam or 'any'} not within {max_sync_age:.0f}s")
-            else:
-                evidence.append(f"/healthz last sync {fam or ''} {age:.0f}s ago".replace("  ", " "))
+    families = active_families(snap, v6_leftovers)
+    for part in (nftables_tables(snap, families), kube_proxy_health(kp)):
+        evidence += part[0]
+        failed += part[1]
+    failed += sync_age(kp, families, now, max_sync_age)
     metrics = kp.metrics.data
-    if metrics is not None:
-        if metrics.nftables_series:
-            evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
-        elif mode == "nftables":
-            failed.append("/metrics has no nftables-mode series")
-        for fam, stamp in sorted(metrics.last_sync.items()):
-            if fam and fam not in families:
-                continue
-            if (kp.read_at or now) - stamp > max_sync_age:
-                failed.append(f"metric last sync {fam} older than {max_sync_age:.0f}s")
+    if metrics is not None and metrics.nftables_series:
+        evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
     return Mode(detected, not failed, tuple(evidence), tuple(failed))
 
 
 # --- the whole snapshot ---------------------------------------------------------------------
 
 
-def classify(snap: Snapshot, now: float, max_sync_age: float = 300.0) -> Classification:
+def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classification:
     findings: list[Finding] = []
     findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
     findings += (classify_ipset(s) for s in snap.ipsets.data)
@@ -466,14 +645,14 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 300.0) -> Classif
     if link is not None:
         findings.append(link)
     leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
-    v6 = any(_is_v6(f) for f in leftovers)
+    v6 = any(is_ipv6(f) for f in findings if f.owner in KUBE_PROXY_CLASSES)
     mode = detect_mode(snap, now, max_sync_age, v6)
     return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
 
 
-def _is_v6(f: Finding) -> bool:
-    if f.kind == "ipset":
-        return ipset_family(f.name) == "ipv6"
+def is_ipv6(f: Finding) -> bool:
+    if isinstance(f.obj, Ipset):
+        return ipset_family(f.obj) == "ipv6"
     if f.kind == "ipvs-service":
         return isinstance(f.obj, IpvsService) and f.obj.family == 6
     return f.source.startswith("iptables") and "/ipv6/" in f.name

@@ -8,10 +8,12 @@ from agent.tools import DEFAULT_TIMEOUT
 
 MAX_SYNC_AGE = click.option(
     "--max-sync-age",
-    type=click.FloatRange(min=1),
-    default=300.0,
+    type=click.FloatRange(min=0),
+    default=0.0,
     show_default=True,
-    help="Seconds within which kube-proxy must have synced for nftables mode to be confirmed.",
+    help="Also require kube-proxy's last sync (its sync-timestamp metric) within this many "
+    "seconds; 0 (the default) trusts kube-proxy's own health, since an idle kube-proxy "
+    "re-syncs only once an hour.",
 )
 BACKUP_DIR = click.option(
     "--backup-dir",

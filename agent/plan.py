@@ -7,10 +7,11 @@ flushed), and the steps are put in the SPEC §5 order.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agent.classify import ChainRef, Classification, RuleRef
+from agent.classify import ChainRef, Classification, Owner, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
@@ -43,7 +44,7 @@ class TableChange:
 
 @dataclass(frozen=True)
 class Step:
-    phase: int  # 1 IPVS, 2 iptables, 3 ipsets, 4 link, 5 sysctls
+    phase: int  # 1 IPVS, 2 link, 3 iptables, 4 ipsets, 5 sysctls (SPEC §5, upstream's order)
     action: str
     target: str
     evidence: tuple[str, ...]
@@ -86,6 +87,7 @@ def _referencing(
     leftover_chains: dict[TableKey, set[str]],
     leftover_sets: set[str],
     deletable_jumps: set[tuple[TableKey, str, str]],
+    nft_marks: dict[str, int | None],
 ) -> tuple[dict[tuple[TableKey, str], str], dict[str, str]]:
     """Chains and sets that state not being removed still references, with the reason."""
     kept_chains: dict[tuple[TableKey, str], str] = {}
@@ -106,20 +108,87 @@ def _referencing(
                 for s in rule.match_sets:
                     if s in leftover_sets:
                         kept_sets.setdefault(s, f"referenced by {where}")
-    # A kept chain keeps its rules, so whatever they reference is kept as well.
+    # A kept chain keeps its rules, so whatever they reference is kept as well; a kept
+    # KUBE-MARK-MASQ may keep KUBE-POSTROUTING, whose rules then keep what they reference.
     todo = list(kept_chains)
     while todo:
-        key = todo.pop()
-        for rule in edges.get(key, ()):
-            why = f"referenced by kept chain {key[1]}: -A {key[1]} {rule.text}"
-            target = (key[0], rule.target or "")
-            if rule.target in leftover_chains.get(key[0], set()) and target not in kept_chains:
-                kept_chains[target] = why
-                todo.append(target)
-            for s in rule.match_sets:
-                if s in leftover_sets:
-                    kept_sets.setdefault(s, why)
+        while todo:
+            key = todo.pop()
+            for rule in edges.get(key, ()):
+                why = f"referenced by kept chain {key[1]}: -A {key[1]} {rule.text}"
+                target = (key[0], rule.target or "")
+                if rule.target in leftover_chains.get(key[0], set()) and target not in kept_chains:
+                    kept_chains[target] = why
+                    todo.append(target)
+                for s in rule.match_sets:
+                    if s in leftover_sets:
+                        kept_sets.setdefault(s, why)
+        masquerade = _masquerade_kept(tables, leftover_chains, kept_chains, nft_marks)
+        kept_chains.update(masquerade)
+        todo = list(masquerade)
     return kept_chains, kept_sets
+
+
+_MARK = re.compile(r"-j MARK (?:--set-xmark|--or-mark) (0x[0-9a-fA-F]+)")
+_NFT_FAMILY = {"ipv4": "ip", "ipv6": "ip6"}
+
+
+def _masquerade_kept(
+    tables: list[IptTable],
+    leftover_chains: dict[TableKey, set[str]],
+    kept_chains: dict[tuple[TableKey, str], str],
+    nft_marks: dict[str, int | None],
+) -> dict[tuple[TableKey, str], str]:
+    """KUBE-POSTROUTING kept beside a kept KUBE-MARK-MASQ (SPEC §5).
+
+    A foreign rule that still jumps to KUBE-MARK-MASQ expects its packets masqueraded; with
+    KUBE-POSTROUTING gone that only holds if nftables mode masquerades the same mark bit.
+    """
+    out: dict[tuple[TableKey, str], str] = {}
+    for t in tables:
+        key = _key(t)
+        if t.name != "nat" or not {"KUBE-MARK-MASQ", "KUBE-POSTROUTING"} <= leftover_chains.get(
+            key, set()
+        ):
+            continue
+        if (key, "KUBE-MARK-MASQ") not in kept_chains or (key, "KUBE-POSTROUTING") in kept_chains:
+            continue
+        marks = [
+            int(m.group(1), 16)
+            for ch in t.chains
+            if ch.name == "KUBE-MARK-MASQ"
+            for r in ch.rules
+            if (m := _MARK.search(r.text))
+        ]
+        nft_family = _NFT_FAMILY.get(t.family, t.family)
+        honoured = nft_marks.get(nft_family)
+        if len(marks) == 1 and honoured == marks[0]:
+            continue
+        shown = f"{honoured:#x}" if honoured is not None else "no mark"
+        out[(key, "KUBE-POSTROUTING")] = (
+            f"it masquerades what KUBE-MARK-MASQ marks, which is kept "
+            f"({kept_chains[(key, 'KUBE-MARK-MASQ')]}); nftables mode ({nft_family} kube-proxy) "
+            f"masquerades {shown}, not KUBE-MARK-MASQ's "
+            f"{', '.join(f'{m:#x}' for m in marks) or 'unknown mark'}"
+        )
+    return out
+
+
+def _services_on(link: Link, c: Classification) -> list[str]:
+    """Virtual servers that stay and whose address is on `link`.
+
+    Deleting the link would take their address off the node and break them, so it is kept
+    while any of them remains (an owned one kept, or one only weakly attributed).
+    """
+    bound = {a.split("/", 1)[0] for a in link.addresses}
+    return [
+        f.name
+        for f in c.findings
+        if f.owner is not Owner.IPVS_LEFTOVER
+        and isinstance(f.obj, IpvsService)
+        and f.obj.address is not None
+        and f.obj.address in bound
+    ]
 
 
 def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False) -> Plan:
@@ -132,19 +201,28 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
             steps.append(Step(1, "delete-ipvs-service", f.name, f.evidence, service=f.obj))
 
     tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
-    chain_findings = [f for f in leftovers if isinstance(f.obj, ChainRef)]
-    jump_findings = [f for f in leftovers if isinstance(f.obj, RuleRef)]
+    # iptables mode's chains and jumps go in the same per-table step as ipvs mode's: to each
+    # other they are kube-proxy's own references, never foreign ones (SPEC §4).
+    removable = c.removable
+    chain_findings = [f for f in removable if isinstance(f.obj, ChainRef)]
+    jump_findings = [f for f in removable if isinstance(f.obj, RuleRef)]
     leftover_chains: dict[TableKey, set[str]] = defaultdict(set)
+    mode_of: dict[tuple[TableKey, str], str] = {}
     for f in chain_findings:
         assert isinstance(f.obj, ChainRef)
         leftover_chains[_key(f.obj.table)].add(f.obj.chain.name)
+        mode = "ipvs-mode" if f.owner is Owner.IPVS_LEFTOVER else "iptables-mode"
+        mode_of[(_key(f.obj.table), f.obj.chain.name)] = mode
     set_findings = [f for f in leftovers if isinstance(f.obj, Ipset)]
     leftover_sets = {f.name for f in set_findings}
     deletable = set()
     for f in jump_findings:
         assert isinstance(f.obj, RuleRef)
         deletable.add((_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text))
-    kept_chains, kept_sets = _referencing(tables, leftover_chains, leftover_sets, deletable)
+    nft_marks = {t.family: t.masquerade_mark for t in snap.nftables.data if t.name == "kube-proxy"}
+    kept_chains, kept_sets = _referencing(
+        tables, leftover_chains, leftover_sets, deletable, nft_marks
+    )
 
     for t in tables:
         key = _key(t)
@@ -188,20 +266,28 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
         )
         evidence = [
             f"{len(rules)} kube-proxy jump rules",
-            *(f"chain {ch.name} ({len(ch.rules)} rules): ipvs-mode chain" for ch in chains),
+            *(
+                f"chain {ch.name} ({len(ch.rules)} rules): {mode_of[(key, ch.name)]} chain"
+                for ch in chains
+            ),
         ]
-        steps.append(Step(2, "iptables-table", "/".join(key), tuple(evidence), table=change))
+        steps.append(Step(3, "iptables-table", "/".join(key), tuple(evidence), table=change))
 
     for f in set_findings:
         assert isinstance(f.obj, Ipset)
         if f.name in kept_sets:
             kept.append(Kept("ipset", f.name, kept_sets[f.name]))
         else:
-            steps.append(Step(3, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
+            steps.append(Step(4, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
 
     for f in leftovers:
         if isinstance(f.obj, Link):
-            steps.append(Step(4, "delete-link", f.name, f.evidence, link=f.obj))
+            users = _services_on(f.obj, c)
+            if users:
+                why = f"{len(users)} IPVS service(s) not removed use its addresses: "
+                kept.append(Kept("link", f.name, why + ", ".join(users[:3])))
+            else:
+                steps.append(Step(2, "delete-link", f.name, f.evidence, link=f.obj))
 
     sysctls = snap.kernel.data.sysctls
     for name, strict in STRICT_ARP.items():

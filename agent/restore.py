@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent import tools
+from agent.netlink import NLM_F_DUMP_INTR, DumpInterrupted, consistent
 
 
 class BundleError(ValueError):
     """The folder is not a bundle written by `cleanup --apply`."""
+
+
+def _addresses(ipr: Any, index: int) -> set[str]:
+    """The link's addresses; pyroute2 (0.9) ignores NLM_F_DUMP_INTR, so it is checked here."""
+    found = list(ipr.get_addr(index=index))
+    if any(a["header"]["flags"] & NLM_F_DUMP_INTR for a in found):
+        raise DumpInterrupted()
+    return {f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in found}
 
 
 def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
@@ -27,9 +37,7 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
                 say(f"kube-ipvs0 gets a new interface index ({exc})")
                 ipr.link("add", ifname=name, kind=kind)
         index = ipr.link_lookup(ifname=name)[0]
-        present = {
-            f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)
-        }
+        present = consistent(lambda: _addresses(ipr, index))
         listed = [str(c) for c in doc.get("addresses", [])]  # type: ignore[attr-defined]
         # The kernel lists IPv6 addresses newest first and IPv4 oldest first: adding them in
         # that order gives the same listing back.

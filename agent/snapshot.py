@@ -164,6 +164,8 @@ class NftTable:
     name: str
     chains: int = 0
     sets: tuple[NftSet, ...] = ()
+    # kube-proxy's tables: the mark bit its `masquerading` chain masquerades, if any
+    masquerade_mark: int | None = None
 
 
 # --- links ----------------------------------------------------------------------------------
@@ -218,6 +220,13 @@ class KubeProxyHealth:
     last_updated: float | None  # unix seconds
     current_time: float | None
     families: dict[str, float | None] = field(default_factory=dict)  # IPv4/IPv6 -> lastUpdated
+    # /healthz's nodeEligible: false while the node is being deleted or tainted
+    # ToBeDeletedByClusterAutoscaler (then /healthz is 503 whatever the proxier's state).
+    node_eligible: bool | None = None
+
+
+def _not_read() -> Reading[KubeProxyHealth | None]:
+    return Reading("absent", None, "not read")
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,8 @@ class KubeProxy:
     metrics: Reading[KubeProxyMetrics | None]
     healthz: Reading[KubeProxyHealth | None]
     read_at: float = 0.0  # unix seconds when read, for freshness checks
+    # /livez: the proxier's health without node eligibility (absent before kube-proxy 1.28).
+    livez: Reading[KubeProxyHealth | None] = field(default_factory=_not_read)
 
 
 # --- the whole node -------------------------------------------------------------------------
@@ -255,4 +266,5 @@ class Snapshot:
             "kube_proxy_mode": self.kube_proxy.proxy_mode,
             "kube_proxy_metrics": self.kube_proxy.metrics,
             "kube_proxy_healthz": self.kube_proxy.healthz,
+            "kube_proxy_livez": self.kube_proxy.livez,
         }

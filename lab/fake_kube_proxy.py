@@ -4,7 +4,9 @@ Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSO
 re-read on every request, so a test flips behaviour by rewriting it:
   {"mode": "nftables"|"ipvs"|"iptables", "families": ["IPv4", "IPv6"], "healthy": true,
    "last_sync_age": 5.0, "healthz_format": "json"|"old"|"oldest", "garbage": false,
-   "sync_failures": 0, "release": null|"v1.30.3"}
+   "sync_failures": 0, "node_eligible": true, "release": null|"v1.30.3"}
+node_eligible false is a node being deleted: /healthz answers 503, /livez ignores it (as
+kube-proxy's proxier_health.go). The "oldest" format is a release before /livez (404).
 "release": "v1.30.3" serves what real kube-proxy v1.30.3 serves (tests/data/kube-proxy-v1.30.3):
 /healthz in the old Go-time format with nodeEligible, /livez without it, and /metrics without
 ip_family labels, without any nftables series, with its iptables-mode gauges.
@@ -32,6 +34,7 @@ DEFAULT_STATE: dict[str, Any] = {
     "healthz_format": "json",
     "garbage": False,
     "sync_failures": 0,
+    "node_eligible": True,
     "release": None,
 }
 _STARTED = time.monotonic()
@@ -60,21 +63,24 @@ def go_time_string(ts: float) -> str:
     return (
         dt.strftime("%Y-%m-%d %H:%M:%S")
         + (f".{frac}" if frac else "")
-        + f" +0000 UTC m=+{mono:.9f}"
+        + f" +0000 UTC m={'-' if mono < 0 else '+'}{abs(mono):.9f}"  # Go's sign, then value
     )
 
 
-def healthz_body(state: dict[str, Any], now: float) -> tuple[int, str]:
-    healthy = bool(state["healthy"])
+def healthz_body(state: dict[str, Any], now: float, livez: bool = False) -> tuple[int, str]:
+    eligible = bool(state.get("node_eligible", True))
+    healthy = bool(state["healthy"]) and (eligible or livez)
     last = now - float(state["last_sync_age"])
     # On 200 kube-proxy reports lastUpdated as "now" for backward compatibility.
     shown = now if healthy else last
     fmt = state["healthz_format"]
+    if livez and fmt == "old":
+        fmt = "oldest"  # 1.30's /livez: the /healthz document without nodeEligible
     code = 200 if healthy else 503
     if fmt == "old":
         return code, (
             f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
-            f'"{go_time_string(now)}", "nodeEligible": true}}'
+            f'"{go_time_string(now)}", "nodeEligible": {str(eligible).lower()}}}'
         )
     if fmt == "oldest":
         return code, (
@@ -83,7 +89,7 @@ def healthz_body(state: dict[str, Any], now: float) -> tuple[int, str]:
     body = {
         "lastUpdated": rfc3339nano(shown),
         "currentTime": rfc3339nano(now),
-        "nodeEligible": True,
+        "nodeEligible": eligible,
         "healthy": healthy,
         "status": {
             fam: {"lastUpdated": rfc3339nano(last), "healthy": healthy} for fam in state["families"]
@@ -407,11 +413,13 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, metrics_body(state, now).encode(), "text/plain; version=0.0.4")
         elif self.role == "metrics" and path == "/healthz":
             self._send(200, b"ok", text)  # the apiserver-style check on the metrics port
+        elif self.role == "healthz" and path == "/livez" and state["healthz_format"] == "oldest":
+            self._send(404, b"404 page not found\n", text)  # a release before /livez
         elif self.role == "healthz" and path in ("/healthz", "/livez"):
             if state.get("release") == "v1.30.3":
-                # v1.30.3: Go time strings; /livez leaves nodeEligible out
-                state = {**state, "healthz_format": "old" if path == "/healthz" else "oldest"}
-            code, body = healthz_body(state, now)
+                # v1.30.3: Go time strings (healthz_body leaves nodeEligible out of /livez)
+                state = {**state, "healthz_format": "old"}
+            code, body = healthz_body(state, now, livez=path == "/livez")
             if path == "/livez" and state["healthz_format"] == "json":
                 data = json.loads(body)
                 data.pop("nodeEligible", None)

@@ -100,13 +100,25 @@ def parse_timestamp(text: str) -> float:
     return base + (float(f"0.{frac}") if frac else 0.0)
 
 
-def parse_healthz(status: int, body: bytes) -> KubeProxyHealth:
+def livez_url(healthz_url: str) -> str:
+    """kube-proxy serves /livez beside /healthz on the same health server."""
+    base = healthz_url.rstrip("/")
+    return (base[: -len("/healthz")] if base.endswith("/healthz") else base) + "/livez"
+
+
+def parse_livez(status: int, body: bytes) -> KubeProxyHealth:
+    if status == 404:  # a release before /livez existed: the caller falls back on /healthz
+        raise Absent("/livez not served by this kube-proxy release")
+    return parse_healthz(status, body, "/livez")
+
+
+def parse_healthz(status: int, body: bytes, path: str = "/healthz") -> KubeProxyHealth:
     try:
         doc: Any = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise Garbage(f"/healthz is not JSON: {exc}") from exc
+        raise Garbage(f"{path} is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or "lastUpdated" not in doc or status not in (200, 503):
-        raise Garbage(f"/healthz answered HTTP {status} without lastUpdated")
+        raise Garbage(f"{path} answered HTTP {status} without lastUpdated")
     families: dict[str, float | None] = {}
     for fam, st in (doc.get("status") or {}).items():
         stamp = st.get("lastUpdated") if isinstance(st, dict) else None
@@ -118,6 +130,7 @@ def parse_healthz(status: int, body: bytes) -> KubeProxyHealth:
         last_updated=parse_timestamp(str(doc["lastUpdated"])),
         current_time=parse_timestamp(current) if isinstance(current, str) else None,
         families=families,
+        node_eligible=eligible if isinstance(eligible := doc.get("nodeEligible"), bool) else None,
     )
 
 
@@ -128,4 +141,5 @@ def read(metrics_url: str, healthz_url: str, timeout: float) -> KubeProxy:
         metrics=timed(lambda: parse_metrics(_get(f"{base}/metrics", timeout)[1]), None),
         healthz=timed(lambda: parse_healthz(*_get(healthz_url, timeout)), None),
         read_at=time.time(),
+        livez=timed(lambda: parse_livez(*_get(livez_url(healthz_url), timeout)), None),
     )

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import errno
 import struct
+import sys
 from collections import Counter
 
 from agent.kernel import Presence, presence
-from agent.netlink import NetlinkError, NfTables, attr, attrs, count_attrs, nul_text
+from agent.netlink import (
+    NetlinkError,
+    NfTables,
+    attr,
+    attrs,
+    consistent,
+    count_attrs,
+    nul_text,
+)
 from agent.readers._timing import Absent, timed
 from agent.snapshot import NftSet, NftTable, Reading
 
@@ -20,7 +29,12 @@ FAMILIES = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
 _FAMILY_NUMBERS = {v: k for k, v in FAMILIES.items()}
 # Tables whose set and map elements are counted: kube-proxy's nftables-mode tables.
 DETAILED = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
-GETTABLE, GETCHAIN, GETSET, GETSETELEM = 1, 4, 10, 13
+GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM = 1, 4, 7, 10, 13
+RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
+LIST_ELEM, EXPR_NAME, EXPR_DATA = 1, 1, 2
+BITWISE_MASK, BITWISE_XOR, DATA_VALUE = 4, 5, 1
+# kube-proxy's nftables mode: `mark and M == 0 return; mark set mark xor M; masquerade`.
+MASQUERADING_CHAIN = "masquerading"
 TABLE_NAME = CHAIN_TABLE = SET_TABLE = ELEM_LIST_TABLE = 1
 SET_NAME = ELEM_LIST_SET = 2
 SET_FLAGS = 3
@@ -52,8 +66,11 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
             if exc.errno == errno.EINVAL:  # nfnetlink: subsystem not registered
                 raise Absent("kernel has no nf_tables") from exc
             raise
+        # One small chain per kube-proxy table: cleanup needs it to keep KUBE-MARK-MASQ's
+        # masquerade only where nftables mode does not masquerade the same mark (SPEC §5).
+        marks = {key: _masquerade_mark(nft, *key) for key in tables if key in DETAILED}
         if not detail:  # the metrics need only which tables exist
-            return tuple(NftTable(family, name) for family, name in tables)
+            return tuple(NftTable(f, n, masquerade_mark=marks.get((f, n))) for f, n in tables)
         chains = Counter((_family(p), _chain_table(p)) for p in nft.dump(GETCHAIN))
         sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
@@ -70,8 +87,65 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
                 NftSet(s, is_map, _elements(nft, family, name, s) if detailed else None)
                 for s, is_map in sets.get((family, name), [])
             )
-            out.append(NftTable(family, name, chains[(family, name)], table_sets))
+            mark = marks.get((family, name))
+            out.append(NftTable(family, name, chains[(family, name)], table_sets, mark))
     return tuple(out)
+
+
+def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:
+    """The mark bit the table's `masquerading` chain masquerades; None without such a chain.
+
+    The chain tests the bit with a bitwise expression (mask M, xor 0) and ends in a `masq`
+    expression; both must be there for the mark to count as honoured.
+    """
+    body = attr(RULE_TABLE, table.encode() + b"\0") + attr(
+        RULE_CHAIN, MASQUERADING_CHAIN.encode() + b"\0"
+    )
+    tested: int | None = None
+    masquerades = False
+    try:
+        rules = list(nft.dump(GETRULE, _FAMILY_NUMBERS[family], body))
+    except NetlinkError as exc:
+        if exc.errno == errno.ENOENT:  # no such chain
+            return None
+        raise
+    for p in rules:
+        a = attrs(p, 4)
+        if nul_text(a.get(RULE_CHAIN)) != MASQUERADING_CHAIN or RULE_EXPRESSIONS not in a:
+            continue
+        for elem in _nested(a[RULE_EXPRESSIONS], LIST_ELEM):
+            e = attrs(elem)
+            name = nul_text(e.get(EXPR_NAME))
+            if name == "masq":
+                masquerades = True
+            elif name == "bitwise" and EXPR_DATA in e and tested is None:
+                b = attrs(e[EXPR_DATA])
+                mask, xor = _data(b.get(BITWISE_MASK)), _data(b.get(BITWISE_XOR))
+                if mask and xor == 0:
+                    tested = mask
+    return tested if masquerades else None
+
+
+def _nested(data: memoryview, kind: int) -> list[memoryview]:
+    """Every attribute of type `kind` in a nested list (attrs() keeps only the last)."""
+    out = []
+    offset = 0
+    while offset + 4 <= len(data):
+        length, k = struct.unpack_from("=HH", data, offset)
+        if length < 4:
+            break
+        if k & 0x3FFF == kind:
+            out.append(data[offset + 4 : offset + length])
+        offset += (length + 3) & ~3
+    return out
+
+
+def _data(view: memoryview | None) -> int | None:
+    """An nft_data value: a register's bytes in host order (meta mark is a host u32)."""
+    if view is None:
+        return None
+    value = attrs(view).get(DATA_VALUE)
+    return None if value is None else int.from_bytes(bytes(value), sys.byteorder)
 
 
 def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
@@ -89,4 +163,4 @@ def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
 
 def read(detail: bool = True) -> Reading[tuple[NftTable, ...]]:
     """Every table; with `detail`, chain counts and the sizes of kube-proxy's sets and maps."""
-    return timed(lambda: _read(detail), ())
+    return timed(lambda: consistent(lambda: _read(detail)), ())

@@ -115,9 +115,18 @@ def test_stale_when_kube_proxy_confirms_nftables(netns: Callable[[], str], tmp_p
             kp.set(healthz_format=fmt)
             doc = run_agent(ns, "audit", "--json").json
             assert doc["mode"]["nftables_confirmed"] is True, (fmt, doc["mode"]["evidence"])
-        kp.set(healthz_format="json", last_sync_age=900.0)
+        # idle: kube-proxy re-syncs hourly, and a node being deleted fails only /healthz
+        kp.set(healthz_format="json", last_sync_age=3000.0)
+        assert run_agent(ns, "audit", "--json").json["mode"]["nftables_confirmed"] is True
+        kp.set(node_eligible=False)
+        doc = run_agent(ns, "audit", "--json").json
+        assert doc["mode"]["nftables_confirmed"] is True, doc["mode"]
+        kp.set(node_eligible=False, healthz_format="oldest")  # no /livez to tell: refuse
+        assert run_agent(ns, "audit", "--json").json["mode"]["nftables_confirmed"] is False
+        kp.set(node_eligible=True, healthz_format="json", healthy=False)  # stuck
         doc = run_agent(ns, "audit", "--json").json
         assert doc["mode"]["nftables_confirmed"] is False and doc["stale"] is False
+        kp.set(healthy=True)
         kp.set(mode="ipvs", last_sync_age=3.0)
         r = run_agent(ns, "audit", "--json")
         assert r.json["mode"]["detected"] == "ipvs" and r.rc == 0  # in use, not left over

@@ -50,7 +50,7 @@ def node(
         yield ns, kp
 
 
-def apply(ns: str, tmp: Path, *extra: str) -> Any:
+def apply(ns: str, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Any:
     return run_agent(
         ns,
         "cleanup",
@@ -60,6 +60,7 @@ def apply(ns: str, tmp: Path, *extra: str) -> Any:
         "--lock-file",
         str(tmp / "cleanup.lock"),
         *extra,
+        env=env,
     )
 
 
@@ -109,11 +110,14 @@ def test_dry_run_changes_nothing_and_prints_the_ordered_plan(
     [
         ({"mode": "ipvs"}, "kube-proxy does not say nftables"),
         ({"mode": "iptables"}, "kube-proxy does not say nftables"),
-        ({"mode": "nftables", "last_sync_age": 3600.0}, "last sync"),
-        ({"mode": "nftables", "healthy": False}, "unhealthy"),
+        ({"mode": "nftables", "healthy": False}, "kube-proxy is stuck"),
+        (  # a release before /livez: /healthz decides
+            {"mode": "nftables", "healthy": False, "healthz_format": "oldest"},
+            "/healthz answers HTTP 503: unhealthy",
+        ),
         ({"garbage": True}, "/proxyMode error"),
     ],
-    ids=["ipvs", "iptables", "stale-sync", "unhealthy", "garbage"],
+    ids=["ipvs", "iptables", "stuck", "unhealthy-without-livez", "garbage"],
 )
 def test_refused_with_nothing_changed(
     netns: Callable[[], str], tmp_path: Path, state: dict[str, Any], reason: str
@@ -218,6 +222,34 @@ def test_foreign_references_keep_their_targets_untouched(
         )
         again = apply(ns, tmp_path)
         assert again.rc == 1 and "nothing to remove" in again.stdout
+
+
+def test_kept_mark_masq_keeps_its_masquerade_when_nftables_mode_uses_another_mark(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """Issue 13.7: the CNI rule's packets are marked 0x4000 by KUBE-MARK-MASQ; nftables mode
+    here masquerades 0x8000 only, so KUBE-POSTROUTING (and what it uses) must stay."""
+    with node(netns, tmp_path, backend="legacy", dual=False) as (ns, _):
+        ipt = ["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat"]
+        subprocess.run([*ipt, "-N", "CNI-HOSTPORT-SETMARK"], check=True)
+        subprocess.run([*ipt, "-A", "CNI-HOSTPORT-SETMARK", "-j", "KUBE-MARK-MASQ"], check=True)
+        nft = ["ip", "netns", "exec", ns, "nft"]
+        subprocess.run([*nft, "flush", "chain", "ip", "kube-proxy", "masquerading"], check=True)
+        for rule in ("mark and 0x8000 == 0 return", "masquerade fully-random"):
+            subprocess.run([*nft, f"add rule ip kube-proxy masquerading {rule}"], check=True)
+        before = dump(ns)
+        r = apply(ns, tmp_path)
+        assert r.rc == 1, r.stdout + r.stderr
+        assert (
+            "kept chain legacy/ipv4/nat KUBE-POSTROUTING: it masquerades what KUBE-MARK-MASQ "
+            "marks" in r.stdout
+        )
+        assert "masquerades 0x8000, not KUBE-MARK-MASQ's 0x4000" in r.stdout
+        assert dump(ns) == minus_leftovers(
+            before,
+            kept_chains={"KUBE-MARK-MASQ", "KUBE-POSTROUTING"},
+            kept_sets={"KUBE-LOOP-BACK"},
+        )
 
 
 def test_an_interrupted_run_is_completed_by_the_next(
@@ -372,3 +404,64 @@ def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) ->
     r = run_agent(netns(), "cleanup", "--tool-timeout", "0")
     assert r.rc == 2
     assert "--tool-timeout" in r.stderr
+
+
+def _read_only(folder: Path) -> tuple[str, ...]:
+    """A prefix that runs the agent with `folder` bind-mounted read-only (own mount namespace)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    return ("unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder))
+
+
+@pytest.mark.parametrize(
+    ("which", "how"),
+    [
+        ("lock", "under-a-file"),
+        ("lock", "read-only"),
+        ("backup", "under-a-file"),
+        ("backup", "read-only"),
+    ],
+)
+def test_an_unwritable_lock_or_backup_folder_is_one_line_and_exit_4(
+    netns: Callable[[], str], tmp_path: Path, which: str, how: str
+) -> None:
+    """A read-only hostPath or a path through a regular file: one line saying what to do, exit 4,
+    nothing changed, never a traceback."""
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / "file" if how == "under-a-file" else tmp_path / "ro"
+    lock = folder / "cleanup.lock" if which == "lock" else tmp_path / "cleanup.lock"
+    backups = folder / "backups" if which == "backup" else tmp_path / "backups"
+    prefix = _read_only(folder) if how == "read-only" else ()
+    with node(netns, tmp_path, state=CONFIRMED) as (ns, _):
+        before = dump(ns)
+        args = ("--backup-dir", str(backups), "--lock-file", str(lock))
+        r = run_agent(ns, "cleanup", "--apply", *args, prefix=prefix)
+        assert r.rc == 4, r
+        reason = "Not a directory" if how == "under-a-file" else "Read-only file system"
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        if which == "lock":
+            assert lines[0].startswith(f"ipvs-leftovers: cannot create the lock file {lock} ")
+            assert "point --lock-file at a writable folder; nothing was changed" in lines[0]
+        else:
+            assert lines[0].startswith(f"ipvs-leftovers: cannot write the backup under {backups} ")
+            assert "point --backup-dir at a writable folder; nothing was changed" in lines[0]
+        assert reason in lines[0]
+        assert dump(ns) == before
+
+
+def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """From `kubectl debug node/...` the host's lock is /host/run/xtables.lock: the agent passes
+    XTABLES_LOCKFILE to iptables, so a holder of that file (kube-proxy, the kubelet) is waited
+    for. Here the test holds it; the legacy restore waits and runs past --tool-timeout."""
+    import fcntl
+
+    lockfile = tmp_path / "host-run" / "xtables.lock"
+    lockfile.parent.mkdir()
+    with node(netns, tmp_path, backend="legacy") as (ns, _), open(lockfile, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = apply(ns, tmp_path, "--tool-timeout", "3", env={"XTABLES_LOCKFILE": str(lockfile)})
+    assert r.rc == 4, r
+    assert "iptables-legacy-restore did not finish within 3s" in r.stdout, r.stdout

@@ -221,7 +221,8 @@ def test_no_kube_proxy_process_visible_warns_for_what_needs_the_config(
         ),
         (
             "mode: ipvs\n  bad: indent\n",
-            "cannot parse --kube-proxy-config {path}: unexpected indentation at 'bad: indent'",
+            "cannot parse --kube-proxy-config {path}: not YAML: mapping values are not "
+            "allowed here, line 2 column 6",
         ),
     ],
     ids=["missing", "wrong-kind", "garbage"],
@@ -431,34 +432,28 @@ def test_verify_fails_on_a_node_with_leftovers(netns: Callable[[], str], tmp_pat
     assert r.json["ok"] is False
 
 
-ABSENT_FAILURES = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total is absent"
+STUCK = (
+    "/livez answers HTTP 503: an update has been queued longer than kube-proxy's healthz "
+    "timeout (kube-proxy is stuck)"
+)
 
 
 @pytest.mark.parametrize(
     ("state", "lines"),
     [
-        (
-            {"mode": "ipvs"},
-            {
-                "nftables-mode": "/proxyMode answers ipvs, not nftables",
-                "nftables-sync": ABSENT_FAILURES,
-            },
-        ),
-        (
-            {"mode": "iptables"},
-            {
-                "nftables-mode": "/proxyMode answers iptables, not nftables",
-                "nftables-sync": ABSENT_FAILURES,
-            },
-        ),
-        ({"last_sync_age": 3600.0}, {"nftables-sync": "last sync IPv4 3600s ago, over 300s"}),
+        ({"mode": "ipvs"}, {"nftables-mode": "/proxyMode answers ipvs, not nftables"}),
+        ({"mode": "iptables"}, {"nftables-mode": "/proxyMode answers iptables, not nftables"}),
         (
             {"sync_failures": 3},
             {"nftables-sync": "kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 6"},
         ),
-        ({"healthy": False}, {"nftables-sync": "/healthz answers HTTP 503: unhealthy"}),
+        ({"healthy": False}, {"nftables-sync": STUCK}),
+        (
+            {"healthy": False, "healthz_format": "oldest"},  # a release without /livez
+            {"nftables-sync": "/healthz answers HTTP 503: unhealthy"},
+        ),
     ],
-    ids=["ipvs", "iptables", "stale", "sync-failures", "unhealthy"],
+    ids=["ipvs", "iptables", "sync-failures", "stuck", "unhealthy-without-livez"],
 )
 def test_verify_fails_when_kube_proxy_is_not_a_healthy_nftables_proxy(
     netns: Callable[[], str], tmp_path: Path, state: dict[str, Any], lines: dict[str, str]
@@ -476,8 +471,11 @@ def test_verify_fails_when_kube_proxy_is_not_a_healthy_nftables_proxy(
 
 
 def test_verify_passes_on_a_cleaned_node(netns: Callable[[], str], tmp_path: Path) -> None:
+    """On an idle kube-proxy (an hour since its last sync) of a node being drained: kube-proxy
+    itself calls that healthy (/livez), so do cleanup and verify."""
     ns = lab_node(netns, old_release_orphans=True)
-    with start_fake_kube_proxy(ns, CONFIRMED, tmp_path / "kp.json"), listener(ns) as port:
+    idle = {**CONFIRMED, "last_sync_age": 3600.0, "node_eligible": False}
+    with start_fake_kube_proxy(ns, idle, tmp_path / "kp.json"), listener(ns) as port:
         before = verify(ns, "--probe-address", f"127.0.0.1:{port}")
         cleaned = run_agent(
             ns,
@@ -502,9 +500,14 @@ def test_verify_passes_on_a_cleaned_node(netns: Callable[[], str], tmp_path: Pat
     assert c["no-leftovers"][1] == ["no ipvs-mode object on the node"]
     assert c["nftables-mode"][1] == [
         "/proxyMode answers nftables",
-        "/metrics has the kubeproxy_sync_proxy_rules_nftables_* series",
         "nftables table ip kube-proxy exists (IPv4)",
         "nftables table ip6 kube-proxy exists (IPv6)",
+        "/metrics has the kubeproxy_sync_proxy_rules_nftables_* series",
+    ]
+    assert c["nftables-sync"][1][:2] == [
+        "/livez answers HTTP 200: no update stuck",
+        "/healthz reports nodeEligible false (node being deleted or tainted "
+        "ToBeDeletedByClusterAutoscaler): not a proxier failure",
     ]
     assert c["service-probe"][1][0].startswith(
         f"TCP connect to 127.0.0.1:{port} (--probe-address): connected in "
@@ -550,8 +553,8 @@ def test_verify_with_kube_proxy_unreachable(netns: Callable[[], str]) -> None:
         "/proxyMode absent: http://127.0.0.1:10249/proxyMode unreachable"
     )
     assert c["nftables-sync"][0] == "fail"
-    assert c["nftables-sync"][1][0].startswith("/metrics absent: ")
-    assert c["nftables-sync"][1][1].startswith("/healthz absent: ")
+    assert c["nftables-sync"][1][0].startswith("/healthz absent: ")
+    assert c["nftables-sync"][1][1].startswith("/metrics absent: ")
 
 
 def test_bad_probe_address_is_a_usage_error(netns: Callable[[], str]) -> None:

@@ -27,24 +27,35 @@ def kube_proxy(
     families: tuple[str, ...] = ("IPv4",),
     sync_age: float = 5.0,
     healthy: bool = True,
+    eligible: bool = True,
+    livez: bool = True,
+    series: bool | None = None,
 ) -> KubeProxy:
+    """kube-proxy as its endpoints show it; `livez=False` is a release without /livez,
+    `series` whether /metrics has the nftables-mode series (default: in nftables mode)."""
     if mode is None:
         absent: Reading[Any] = Reading("absent", None, "unreachable")
-        return KubeProxy(absent, absent, absent, NOW)
+        return KubeProxy(absent, absent, absent, NOW, livez=absent)
     metrics = KubeProxyMetrics(
         last_sync={f: NOW - sync_age for f in families},
         nftables_sync_failures=0.0 if mode == "nftables" else None,
-        nftables_series=mode == "nftables",
+        nftables_series=mode == "nftables" if series is None else series,
         iptables_series=mode == "iptables",
     )
     health = KubeProxyHealth(
-        http_status=200 if healthy else 503,
-        healthy=healthy,
+        http_status=200 if healthy and eligible else 503,
+        healthy=healthy and eligible,
         last_updated=NOW,
         current_time=NOW,
         families={f: NOW - sync_age for f in families},
+        node_eligible=eligible,
     )
-    return KubeProxy(ok(mode), ok(metrics), ok(health), NOW)
+    live: Reading[Any] = (
+        ok(KubeProxyHealth(200 if healthy else 503, healthy, NOW, NOW))
+        if livez
+        else Reading("absent", None, "/livez not served by this kube-proxy release")
+    )
+    return KubeProxy(ok(mode), ok(metrics), ok(health), NOW, livez=live)
 
 
 def snapshot(

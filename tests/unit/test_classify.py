@@ -22,23 +22,60 @@ def owners(snap_kwargs: dict[str, object]) -> dict[str, Owner]:
     return {f.name: f.owner for f in c.findings}
 
 
-def test_ipvs_service_on_kube_ipvs0_is_a_leftover() -> None:
+CLUSTER_IP = Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",))
+
+
+def test_a_kube_ipvs0_address_alone_is_weak_evidence() -> None:
+    """SPEC §4: a keepalived service later set up on a reused address must not be deleted."""
     ev = ipvs_service_evidence(svc("10.96.0.1", 443), LINKS, ())
-    assert ev == ["address 10.96.0.1 is bound to kube-ipvs0"]
+    assert ev.strong == ()
+    assert ev.weak == ("address 10.96.0.1 is bound to kube-ipvs0 (any port would be)",)
+    o = owners({"ipvs": (svc("10.96.0.1", 443), svc("10.96.0.10", 53)), "links": LINKS})
+    assert o["TCP 10.96.0.1:443"] is Owner.UNKNOWN_KUBE
+    assert o["TCP 10.96.0.10:53"] is Owner.UNKNOWN_KUBE
+
+
+def test_bound_address_with_its_port_in_a_kube_set_is_a_leftover() -> None:
+    o = owners(
+        {
+            "ipvs": (svc("10.96.0.1", 443), svc("10.96.0.1", 8443)),
+            "links": LINKS,
+            "ipsets": (CLUSTER_IP,),
+        }
+    )
+    assert o["TCP 10.96.0.1:443"] is Owner.IPVS_LEFTOVER
+    assert o["TCP 10.96.0.1:8443"] is Owner.UNKNOWN_KUBE  # same address, a port no set names
 
 
 def test_ipvs_service_in_cluster_ip_set_is_a_leftover() -> None:
     sets = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.5.5,tcp:80",)),)
     ev = ipvs_service_evidence(svc("10.96.5.5", 80), Links(None), sets)
-    assert ev == ["10.96.5.5,tcp:80 is a member of ipset KUBE-CLUSTER-IP"]
+    assert ev.strong == ("10.96.5.5,tcp:80 is a member of ipset KUBE-CLUSTER-IP",)
     # same address, other protocol: no evidence
-    assert ipvs_service_evidence(svc("10.96.5.5", 80, "UDP"), Links(None), sets) == []
+    assert ipvs_service_evidence(svc("10.96.5.5", 80, "UDP"), Links(None), sets).strong == ()
 
 
 def test_ipv6_service_in_kube_6_set() -> None:
     sets = (Ipset("KUBE-6-CLUSTER-IP", "hash:ip,port", 6, 1, 0, ("fd00:10:96::1,tcp:443",)),)
     ev = ipvs_service_evidence(svc("fd00:10:96::1", 443, fam=6), Links(None), sets)
-    assert ev == ["fd00:10:96::1,tcp:443 is a member of ipset KUBE-6-CLUSTER-IP"]
+    assert ev.strong == ("fd00:10:96::1,tcp:443 is a member of ipset KUBE-6-CLUSTER-IP",)
+
+
+def test_external_ip_that_is_a_node_address_is_attributed_by_its_set_member() -> None:
+    """kube-proxy gives it a virtual server on the node address, not bound to kube-ipvs0."""
+    sets = (
+        Ipset("KUBE-EXTERNAL-IP", "hash:ip,port", 4, 1, 0, ("192.168.50.10,tcp:8080",)),
+        Ipset("KUBE-LOAD-BALANCER", "hash:ip,port", 4, 1, 0, ("192.168.50.10,tcp:9090",)),
+    )
+    o = owners(
+        {
+            "ipvs": (svc("192.168.50.10", 8080), svc("192.168.50.10", 9090)),
+            "links": LINKS,
+            "ipsets": sets,
+        }
+    )
+    assert o["TCP 192.168.50.10:8080"] is Owner.IPVS_LEFTOVER
+    assert o["TCP 192.168.50.10:9090"] is Owner.IPVS_LEFTOVER
 
 
 def test_nodeport_needs_node_address_and_port_in_the_protocols_set() -> None:
@@ -46,11 +83,19 @@ def test_nodeport_needs_node_address_and_port_in_the_protocols_set() -> None:
         Ipset("KUBE-NODE-PORT-TCP", "bitmap:port", None, 1, 0, ("30080",)),
         Ipset("KUBE-NODE-PORT-UDP", "bitmap:port", None, 1, 0, ("30053",)),
     )
-    assert ipvs_service_evidence(svc("192.168.50.10", 30080), LINKS, sets) == [
-        "NodePort 30080 on node address 192.168.50.10 is in ipset KUBE-NODE-PORT-TCP"
-    ]
-    assert ipvs_service_evidence(svc("192.168.50.10", 30053), LINKS, sets) == []  # TCP, not UDP
-    assert ipvs_service_evidence(svc("192.168.99.1", 30080), LINKS, sets) == []  # not a node IP
+    assert ipvs_service_evidence(svc("192.168.50.10", 30080), LINKS, sets).strong == (
+        "NodePort 30080 on node address 192.168.50.10 is in ipset KUBE-NODE-PORT-TCP",
+    )
+    tcp_not_udp = ipvs_service_evidence(svc("192.168.50.10", 30053), LINKS, sets)
+    assert tcp_not_udp.strong == tcp_not_udp.weak == ()
+    # a port alone, off the node's addresses: weak, so unknown-kube
+    off_node = ipvs_service_evidence(svc("192.168.99.1", 30080), LINKS, sets)
+    assert off_node.strong == ()
+    assert off_node.weak == (
+        "port 30080 is in ipset KUBE-NODE-PORT-TCP, but 192.168.99.1 is not a node address",
+    )
+    o = owners({"ipvs": (svc("192.168.99.1", 30080),), "links": LINKS, "ipsets": sets})
+    assert o["TCP 192.168.99.1:30080"] is Owner.UNKNOWN_KUBE
 
 
 def test_probe_service_is_a_leftover_and_keepalived_is_foreign() -> None:
@@ -139,7 +184,7 @@ def test_kube_firewall_in_two_tables_has_two_owners_in_both_backends() -> None:
         assert o[f"{p}/nat KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-IPTABLES-HINT"] is Owner.KUBELET
-        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.UNKNOWN_KUBE  # iptables mode's
+        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.IPTABLES_LEFTOVER
         assert o[f"{p}/nat DOCKER"] is Owner.FOREIGN
         assert o[f"{p}/nat POSTROUTING -> KUBE-POSTROUTING"] is Owner.IPVS_LEFTOVER
         assert o[f"{p}/filter INPUT -> KUBE-IPVS-FILTER"] is Owner.IPVS_LEFTOVER
@@ -210,8 +255,9 @@ def test_not_confirmed_when_any_condition_fails() -> None:
         "ipvs": kube_proxy("ipvs"),
         "iptables": kube_proxy("iptables"),
         "unreachable": kube_proxy(None),
-        "stale sync": kube_proxy(sync_age=600),
-        "unhealthy": kube_proxy(healthy=False),
+        "stuck (/livez 503)": kube_proxy(healthy=False),
+        "unhealthy, no /livez": kube_proxy(healthy=False, livez=False),
+        "ineligible node, no /livez": kube_proxy(eligible=False, livez=False),
         "no ip6 table": kube_proxy(families=("IPv4", "IPv6")),
     }
     for why, kp in cases.items():
@@ -219,6 +265,39 @@ def test_not_confirmed_when_any_condition_fails() -> None:
         assert not c.mode.nftables_confirmed, why
         assert not c.stale, why
     assert not classify(snapshot(kp=kube_proxy()), NOW).mode.nftables_confirmed  # no table
+
+
+def test_confirmed_by_kube_proxys_own_health_definition() -> None:
+    """Issue 13.1: an idle kube-proxy re-syncs hourly; a node being deleted fails /healthz
+    but /livez says the proxier is fine; a 1.30 nftables proxier exposes no nftables series
+    until its counters first move."""
+    cases = {
+        "idle an hour": kube_proxy(sync_age=3600),
+        "node being deleted": kube_proxy(eligible=False),
+        "no nftables series yet": kube_proxy(series=False),
+        "no /livez, healthy": kube_proxy(livez=False),
+    }
+    for why, kp in cases.items():
+        c = classify(snapshot(ipsets=LEFTOVER_SET, nftables=KP_TABLE, kp=kp), NOW)
+        assert c.mode.nftables_confirmed, (why, c.mode.failed)
+        assert c.stale, why
+    ineligible = classify(snapshot(nftables=KP_TABLE, kp=kube_proxy(eligible=False)), NOW)
+    assert ineligible.mode.evidence[-2] == (
+        "/healthz reports nodeEligible false (node being deleted or tainted "
+        "ToBeDeletedByClusterAutoscaler): not a proxier failure"
+    )
+    stuck = classify(snapshot(nftables=KP_TABLE, kp=kube_proxy(healthy=False)), NOW)
+    assert stuck.mode.failed == (
+        "/livez answers HTTP 503: an update has been queued longer than kube-proxy's healthz "
+        "timeout (kube-proxy is stuck)",
+    )
+
+
+def test_an_explicit_max_sync_age_still_bounds_the_last_sync() -> None:
+    snap = snapshot(nftables=KP_TABLE, kp=kube_proxy(sync_age=600))
+    assert classify(snap, NOW).mode.nftables_confirmed  # off by default
+    c = classify(snap, NOW, max_sync_age=300)
+    assert c.mode.failed == ("metric last sync IPv4 older than --max-sync-age 300s",)
 
 
 def test_detected_mode_and_clean_node_is_not_stale() -> None:
@@ -246,12 +325,13 @@ COMMIT
 
 
 def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
+    from agent import names
     from agent.classify import evidence_sets_needed
 
-    bound = svc("10.96.0.1", 443)  # on kube-ipvs0: no set needed
+    bound = svc("10.96.0.1", 443)  # on kube-ipvs0: still needs its address and port in a set
     nodeport = svc("192.168.50.10", 30080)
-    assert evidence_sets_needed([bound], LINKS) == frozenset()
-    assert evidence_sets_needed([bound, nodeport], LINKS) == frozenset(
+    assert evidence_sets_needed([bound], LINKS) == names.VIP_PORT_SETS
+    assert evidence_sets_needed([bound, nodeport], LINKS) == names.VIP_PORT_SETS | frozenset(
         {
             "KUBE-NODE-PORT-TCP",
             "KUBE-NODE-PORT-LOCAL-TCP",
@@ -259,5 +339,13 @@ def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
             "KUBE-6-NODE-PORT-LOCAL-TCP",
         }
     )
-    assert "KUBE-CLUSTER-IP" in evidence_sets_needed([svc("10.96.9.9", 80)], LINKS)
+    assert evidence_sets_needed([svc("198.51.100.0", 20000)], LINKS) == frozenset()  # the probe
     assert evidence_sets_needed([svc(None, None, "FWM", fwmark=1)], LINKS) == frozenset()
+
+
+def test_sets_of_the_first_ipset_releases_name_address_and_port() -> None:
+    """1.9-1.10's KUBE-SERVICE-ACCESS held `IP,proto:port` of every ClusterIP (older-releases
+    doc): a virtual server it names is kube-proxy's."""
+    sets = (Ipset("KUBE-SERVICE-ACCESS", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",)),)
+    o = owners({"ipvs": (svc("10.96.0.1", 443),), "links": LINKS, "ipsets": sets})
+    assert o["TCP 10.96.0.1:443"] is Owner.IPVS_LEFTOVER

@@ -77,3 +77,21 @@ def test_healthz_old_format_and_503() -> None:
 def test_healthz_garbage(status: int, body: bytes) -> None:
     with pytest.raises(Garbage):
         parse_healthz(status, body)
+
+
+def test_livez_and_node_eligibility_as_kube_proxy_1_30_writes_them() -> None:
+    """pkg/proxy/healthcheck/proxier_health.go (v1.30.3): /healthz adds nodeEligible, /livez
+    has none; a release before /livez answers 404, which is 'not served', not garbage."""
+    from agent.readers._timing import Absent
+    from agent.readers.kube_proxy import livez_url, parse_livez
+
+    t = "2026-12-03 19:00:00.5 +0000 UTC m=+3600.1"
+    body = f'{{"lastUpdated": "{t}","currentTime": "{t}", "nodeEligible": false}}'.encode()
+    h = parse_healthz(503, body)
+    assert (h.healthy, h.node_eligible) == (False, False)
+    live = parse_livez(200, f'{{"lastUpdated": "{t}","currentTime": "{t}"}}'.encode())
+    assert (live.healthy, live.node_eligible) == (True, None)
+    with pytest.raises(Absent):
+        parse_livez(404, b"404 page not found\n")
+    assert livez_url("http://127.0.0.1:10256/healthz") == "http://127.0.0.1:10256/livez"
+    assert livez_url("http://[::1]:10256") == "http://[::1]:10256/livez"

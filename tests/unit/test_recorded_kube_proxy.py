@@ -65,7 +65,7 @@ def _fake_answers(mode: str) -> dict[str, Any]:
     state = {**fake.DEFAULT_STATE, "mode": mode, "release": "v1.30.3"}
     now = time.time()
     code, healthz = fake.healthz_body({**state, "healthz_format": "old"}, now)
-    _, livez = fake.healthz_body({**state, "healthz_format": "oldest"}, now)
+    _, livez = fake.healthz_body({**state, "healthz_format": "old"}, now, livez=True)
     return {"metrics": fake.metrics_body(state, now), "healthz": healthz, "livez": livez}
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from agent import names
 from lab import build
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
@@ -81,25 +83,25 @@ def _python_on_ipvs_node(netns: Callable[[], str], code: str) -> str:
     return build.run(["ip", "netns", "exec", ns, "python", "-c", code])
 
 
-def test_a_read_decodes_no_cluster_ip_set_members(netns: Callable[[], str]) -> None:
-    """The cheapest invariant of the hot path: only the small NodePort bitmaps are decoded
-    (every other virtual server is attributed through kube-ipvs0)."""
+def test_a_read_decodes_only_the_sets_that_name_address_and_port(
+    netns: Callable[[], str],
+) -> None:
+    """SPEC §4 needs each virtual server's address and port in a KUBE-* set, so the sets of
+    `IP,proto:port` members and the NodePort bitmaps of the protocols in use are decoded; the
+    endpoint-sized sets (KUBE-LOOP-BACK, KUBE-IPVS-IPS, the source-range sets) never are."""
     code = (
         "from agent.collect import Options, collect;"
         "s = collect(Options(timeout=1));"
-        "print(sorted(x.name for x in s.ipsets.data if x.entries is not None))"
+        "print(sorted(x.name for x in s.ipsets.data if x.entries is not None));"
+        "print(sorted(x.name for x in s.ipsets.data))"
     )
-    out = _python_on_ipvs_node(netns, code)
-    assert out.strip() == str(
-        sorted(
-            [
-                "KUBE-NODE-PORT-TCP",
-                "KUBE-NODE-PORT-LOCAL-TCP",
-                "KUBE-NODE-PORT-UDP",
-                "KUBE-NODE-PORT-LOCAL-UDP",
-            ]
-        )
-    )
+    decoded_line, present_line = _python_on_ipvs_node(netns, code).strip().splitlines()
+    present = set(ast.literal_eval(present_line))
+    wanted = names.VIP_PORT_SETS | names.NODE_PORT_SETS["TCP"] | names.NODE_PORT_SETS["UDP"]
+    assert ast.literal_eval(decoded_line) == sorted(present & wanted)
+    assert "KUBE-CLUSTER-IP" in present and "KUBE-NODE-PORT-TCP" in present
+    never = {"KUBE-LOOP-BACK", "KUBE-IPVS-IPS", "KUBE-LOAD-BALANCER-SOURCE-CIDR"}
+    assert never <= present
 
 
 def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
