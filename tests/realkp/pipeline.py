@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fake_apiserver import FakeAPIServer
+from tests.fake_apiserver import FakeAPIServer, Port, Service
 from tests.realkp import mix
 from tests.realkp import state as st
 from tests.realkp.node import (
@@ -103,6 +103,7 @@ class NodeRun:
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     error: str = ""
     kp_cleanup: tuple[int, str] = (-1, "")
+    watch: dict[str, bool] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
 
 
@@ -157,6 +158,27 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     sc.kube_proxy_alive = kp.alive()
 
 
+LATE = Service("late", ("10.96.2.1",), (Port(80, target_port=8080),), endpoints=())
+
+
+def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (text in ns_run(net.ns, "nft", "list", "table", "ip", "kube-proxy")) == present:
+            return True
+        time.sleep(2)
+    return False
+
+
+def _watch_events_reach_kube_proxy(net: NodeNet, api: FakeAPIServer) -> dict[str, bool]:
+    """A Service pushed through the fake API server's watch while nftables mode runs shows up
+    in its table, and goes again when deleted."""
+    api.push("apply", LATE)
+    added = _nft_has(net, "10.96.2.1", True)
+    api.push("delete", LATE)
+    return {"added": added, "deleted": _nft_has(net, "10.96.2.1", False)}
+
+
 def _phase(run: NodeRun, kp: KubeProxy, mode: str) -> None:
     note(run.net, f"start {mode}")
     kp.start(mode)
@@ -195,6 +217,7 @@ def run_node(net: NodeNet, binary: Path, work: Path, sctp: bool) -> NodeRun:
         run.scenarios["A"] = a
         run_scenario(a, kp, work)
 
+        run.watch = _watch_events_reach_kube_proxy(net, api)
         st.put_back(net, s1c, made_ipvs)
         b = Scenario("B", net, st.read(net), made_ipvs, set())
         run.scenarios["B"] = b

@@ -64,6 +64,7 @@ def _record(run: NodeRun, out: Path) -> None:
     save_json(d / "endpoints.json", run.endpoints)
     save_json(d / "error.json", run.error)
     save_json(d / "kube-proxy-cleanup.json", run.kp_cleanup)
+    save_json(d / "watch.json", run.watch)
     for name, s in run.states.items():
         save_json(d / f"state-{name}.json", s.__dict__)
     for name, sc in run.scenarios.items():
@@ -460,3 +461,12 @@ def test_kube_proxy_cleanup_side_by_side(runs: dict[str, NodeRun], node: str) ->
         f"chain {b}/ipv4/nat KUBE-MARK-MASQ",
         f"chain {b}/ipv6/nat KUBE-MARK-MASQ",
     } | {o for o in sc.made_ipvs if o.startswith("ipset KUBE-6-")}
+
+
+@pytest.mark.parametrize("node", NODE_IDS)
+def test_watch_events_reach_real_kube_proxy(runs: dict[str, NodeRun], node: str) -> None:
+    """The fake API server's watch drives real kube-proxy: a Service added while nftables mode
+    runs appears in its table, and goes when deleted."""
+    run = runs[node]
+    assert not run.error, run.error
+    assert run.watch == {"added": True, "deleted": True}
