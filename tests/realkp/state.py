@@ -61,9 +61,13 @@ def _ipvs_name(words: list[str]) -> str:
 
 
 def read_ipvs(ns: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    return parse_ipvs(ns_run(ns, "ipvsadm", "-S", "-n", check=False))
+
+
+def parse_ipvs(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     services: dict[str, list[str]] = {}
     lines: dict[str, str] = {}
-    for line in ns_run(ns, "ipvsadm", "-S", "-n", check=False).splitlines():
+    for line in text.splitlines():
         words = line.split()
         if not words:
             continue
@@ -80,8 +84,12 @@ _INITVAL = re.compile(r" initval 0x[0-9a-f]+")
 
 
 def read_ipsets(ns: str) -> dict[str, list[str]]:
+    return parse_ipsets(ns_run(ns, "ipset", "save"))
+
+
+def parse_ipsets(text: str) -> dict[str, list[str]]:
     sets: dict[str, list[str]] = {}
-    for line in ns_run(ns, "ipset", "save").splitlines():
+    for line in text.splitlines():
         words = line.split()
         if len(words) > 1 and words[0] in ("create", "add"):
             # initval is the hash's random seed, chosen anew by every create
@@ -92,13 +100,21 @@ def read_ipsets(ns: str) -> dict[str, list[str]]:
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
 
 
+def _save_tool(backend: str, family: str) -> str:
+    return f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{backend}-save"
+
+
 def read_iptables(ns: str) -> dict[str, dict[str, list[str]]]:
+    texts = {(b, f): ns_run(ns, _save_tool(b, f), check=False) for b in BACKENDS for f in FAMILIES}
+    return parse_iptables(texts)
+
+
+def parse_iptables(texts: dict[tuple[str, str], str]) -> dict[str, dict[str, list[str]]]:
     out: dict[str, dict[str, list[str]]] = {}
     for backend in BACKENDS:
         for family in FAMILIES:
-            tool = f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{backend}-save"
             table = ""
-            for line in ns_run(ns, tool, check=False).splitlines():
+            for line in texts.get((backend, family), "").splitlines():
                 if line.startswith("*"):
                     table = line[1:]
                     out.setdefault(f"{backend}/{family}/{table}", {})
@@ -124,31 +140,68 @@ def read_nft(ns: str) -> dict[str, str]:
 _STATS = re.compile(r"\b(RX|TX):.*$", re.S)
 
 
-def read_links(ns: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+def parse_links(link_text: str, addr_text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     links: dict[str, str] = {}
-    for line in ns_run(ns, "ip", "-d", "-o", "link", "show").splitlines():
+    for line in link_text.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         links[name] = line
     addrs: dict[str, list[str]] = {}
-    for line in ns_run(ns, "ip", "-o", "addr", "show").splitlines():
+    for line in addr_text.splitlines():
         words = line.split()
         addrs.setdefault(words[1], []).append(f"{words[2]} {words[3]}")
     return links, {k: sorted(v) for k, v in addrs.items()}
 
 
+_SCRIPT = "; ".join(
+    [
+        "echo @@ipvs; ipvsadm -S -n 2>/dev/null",
+        "echo @@ipset; ipset save",
+        *(f"echo @@{b}/{f}; {_save_tool(b, f)} 2>/dev/null" for b in BACKENDS for f in FAMILIES),
+        "echo @@nft; nft -s list ruleset",
+        "echo @@link; ip -d -o link show",
+        "echo @@addr; ip -o addr show",
+        "echo @@fwd; sysctl -n net.ipv4.ip_forward",
+    ]
+)
+
+
 def read(net: NodeNet) -> State:
-    ipvs, lines = read_ipvs(net.ns)
-    links, addrs = read_links(net.ns)
+    """One shell in the namespace runs every tool (process starts are dear under TCG)."""
+    parts: dict[str, list[str]] = {}
+    current = ""
+    for line in ns_run(net.ns, "sh", "-c", _SCRIPT).splitlines():
+        if line.startswith("@@"):
+            current = line[2:]
+            parts[current] = []
+        else:
+            parts[current].append(line)
+    text = {k: "\n".join(v) + "\n" for k, v in parts.items()}
+    ipvs, lines = parse_ipvs(text["ipvs"])
+    links, addrs = parse_links(text["link"], text["addr"])
     return State(
         ipvs=ipvs,
         ipvs_lines=lines,
-        ipsets=read_ipsets(net.ns),
-        iptables=read_iptables(net.ns),
-        nft_tables=read_nft(net.ns),
+        ipsets=parse_ipsets(text["ipset"]),
+        iptables=parse_iptables({(b, f): text[f"{b}/{f}"] for b in BACKENDS for f in FAMILIES}),
+        nft_tables=parse_ruleset(text["nft"]),
         links=links,
         addrs=addrs,
-        ip_forward=ns_run(net.ns, "sysctl", "-n", "net.ipv4.ip_forward").strip(),
+        ip_forward=text["fwd"].strip(),
     )
+
+
+def parse_ruleset(text: str) -> dict[str, str]:
+    """`nft -s list ruleset` split into its tables, each as `nft -s list table` prints it."""
+    tables: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("table "):
+            _, family, name, _ = line.split()
+            current = f"{family} {name}"
+            tables[current] = []
+        if current:
+            tables[current].append(line)
+    return {k: "\n".join(v) + "\n" for k, v in tables.items()}
 
 
 def created(before: State, after: State) -> set[str]:
