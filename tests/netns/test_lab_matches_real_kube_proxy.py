@@ -37,3 +37,16 @@ def test_the_lab_writes_what_real_ipvs_mode_wrote(node: str) -> None:
     s1 = json.loads((d / "state-S1.json").read_text())
     sctp = any(k.startswith("SCTP ") for k in s1["ipvs"])
     assert differences(NODES[node], s0, s1, sctp) == []
+
+
+@pytest.mark.parametrize("node", sorted(NODES))
+def test_the_lab_writes_what_real_iptables_mode_wrote_over_ipvs_mode(node: str) -> None:
+    d = STATES / node
+    if not (d / "state-S5.json").exists():
+        pytest.fail(
+            f"no recorded state in {d}: run the real-kube-proxy tier and tests/realkp/record.py"
+        )
+    s0 = json.loads((d / "state-S0.json").read_text())
+    s5 = json.loads((d / "state-S5.json").read_text())
+    sctp = any(k.startswith("SCTP ") for k in s5["ipvs"])
+    assert differences(NODES[node], s0, s5, sctp, iptables_mode=True) == []

@@ -63,14 +63,18 @@ def lab_ipvs(node: model.Node) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def differences(net: NodeNet, s0: dict[str, Any], s1: dict[str, Any], sctp: bool) -> list[str]:
+def differences(
+    net: NodeNet, s0: dict[str, Any], s1: dict[str, Any], sctp: bool, iptables_mode: bool = False
+) -> list[str]:
     """What the lab builds for the tier's Service mix against what real ipvs mode wrote
     (`s1`, minus the third-party state `s0`): IPVS, kube-ipvs0, ipsets, iptables chains of the
-    node's backend. Builds the lab's node (without IPVS) in a throwaway namespace."""
+    node's backend. With `iptables_mode`, `s1` is the node after iptables mode ran over ipvs
+    mode's leftovers (scenario C's S5). Builds the lab's node (without IPVS) in a throwaway
+    namespace."""
     from lab import build
     from tests.realkp import state as st
 
-    node = lab_node(net, sctp)
+    node = dataclasses.replace(lab_node(net, sctp), iptables_mode=iptables_mode)
     out: list[str] = []
     lab_vs = lab_ipvs(node)
     real_vs = {k: v for k, v in s1["ipvs"].items() if k not in s0["ipvs"]}
@@ -111,10 +115,15 @@ def differences(net: NodeNet, s0: dict[str, Any], s1: dict[str, Any], sctp: bool
         if not where.startswith(f"{net.backend}/"):
             continue
         before = s0["iptables"].get(where, {})
+        # kube-proxy's chains and jumps only (a CNI chain may have come after S0)
         real = {
-            c: [r for r in rules if r not in before.get(c, [])]
+            c: [
+                r
+                for r in rules
+                if r not in before.get(c, []) and "-j KUBE-" in r or c not in st.BUILTIN
+            ]
             for c, rules in s1["iptables"].get(where, {}).items()
-            if c not in before or c in st.BUILTIN
+            if (c not in before and c.startswith("KUBE-")) or c in st.BUILTIN
         }
         lab = lab_ipt.get(where, {})
         for chain in sorted(set(real) | set(lab)):

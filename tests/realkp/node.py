@@ -362,7 +362,7 @@ class KubeProxy:
                 took = time.monotonic() - self.started
                 self.timings[self.mode] = took
                 return took
-            time.sleep(2)
+            time.sleep(4)  # each poll starts processes: keep them rare under TCG
         raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
 
     def tail(self, chars: int | None = 3000) -> str:
