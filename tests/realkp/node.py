@@ -244,6 +244,25 @@ def http_get(ns: str, url: str) -> tuple[int, str]:
     return in_netns(ns, get)
 
 
+def base_flags(kubeconfig: Path, node: str, mode: str, cluster_cidr: str) -> list[str]:
+    """The flags that work for kube-proxy in a network namespace (../shared/kube-proxy/README.md):
+    no host-wide conntrack sysctls, JSON to the fake API server, loopback listeners."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={node}",
+        f"--proxy-mode={mode}",
+        f"--cluster-cidr={cluster_cidr}",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--healthz-bind-address=127.0.0.1:10256",
+        "--kube-api-content-type=application/json",
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0",
+        "--conntrack-tcp-timeout-close-wait=0",
+        "--oom-score-adj=0",
+        "-v=2",
+    ]
+
+
 @dataclass
 class KubeProxy:
     """Real kube-proxy in a namespace, started by `start` and stopped by `stop`."""
@@ -266,22 +285,11 @@ class KubeProxy:
         )
         return [
             str(self.binary),
-            f"--kubeconfig={kubeconfig}",
-            f"--hostname-override={self.net.name}",
-            f"--proxy-mode={mode}",
+            *base_flags(kubeconfig, self.net.name, mode, cidrs),
             "--feature-gates=NFTablesProxyMode=true",
-            f"--cluster-cidr={cidrs}",
             f"--nodeport-addresses={nodeport}",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-            "--kube-api-content-type=application/json",
-            "--conntrack-max-per-core=0",
-            "--conntrack-tcp-timeout-established=0",
-            "--conntrack-tcp-timeout-close-wait=0",
-            "--oom-score-adj=0",
             # A keepalived-style virtual server beside kube-proxy, as an operator keeps it.
             f"--ipvs-exclude-cidrs=192.168.{60 + self.net.index}.100/32",
-            "-v=2",
         ]
 
     def start(self, mode: str) -> None:
