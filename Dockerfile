@@ -1,25 +1,31 @@
 # syntax=docker/dockerfile:1
 # ipvs-leftovers: the node agent image (DaemonSet in daemonset/).
-#   docker build -t ghcr.io/example/ipvs-leftovers:0.1.0 --build-arg VERSION=0.1.0 .
-# For reproducible builds pin the base image by digest as well (python:3.11-slim-bookworm@sha256:...).
+#   sudo scripts/build-image [TAG]      builds the wheels, then this file, and prints the reference
+# The build context must hold build/image-wheels/ (the agent's wheel and its pinned dependencies,
+# made by scripts/build-image with `pip wheel`): pip runs outside the build, so the build needs
+# no index and no certificate of a package proxy, and installs with --no-index.
+#
+# The base is Debian's own bookworm-slim with Debian's python3: scripts/build-image makes the
+# same base from Debian packages (mmdebstrap + podman import) when no registry answers.
+# For reproducible builds pin it by digest as well (debian:bookworm-slim@sha256:...).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
-# --- builder: the wheel, and a venv with it and its dependencies (all pure-Python wheels) ---
-FROM ${PYTHON_IMAGE} AS builder
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY agent ./agent
-# The dependency pins are pyproject.toml's; the wheel is this source tree's.
-RUN pip wheel --no-deps -w /dist . \
- && python -m venv /opt/venv \
- && /opt/venv/bin/pip install /dist/*.whl
+# --- builder: a venv with the agent's wheels, nothing fetched ---------------------------------
+FROM ${BASE_IMAGE} AS builder
+# Pinned to bookworm's versions: a Debian point release that replaces one fails the build loudly.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 \
+ && rm -rf /var/lib/apt/lists/*
+COPY build/image-wheels /wheels
+# Only the pinned wheels are in /wheels (requirements-image.txt): a dependency that is not
+# pinned there has no wheel, and the install fails instead of fetching anything.
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-index --find-links /wheels --disable-pip-version-check \
+        ipvs-leftovers
 
 # --- runtime -----------------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE}
+FROM ${BASE_IMAGE}
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="ipvs-leftovers" \
       org.opencontainers.image.description="Audits what kube-proxy's ipvs mode left on a Kubernetes node that now runs nftables mode, and exports it as Prometheus metrics" \
@@ -34,7 +40,7 @@ LABEL org.opencontainers.image.title="ipvs-leftovers" \
 # Pinned to bookworm's versions: a Debian point release that replaces one fails the build loudly.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        iptables=1.8.9-2 ipset=7.17-1 ipvsadm=1:1.31-1+b1 \
+        python3=3.11.2-1+b1 iptables=1.8.9-2 ipset=7.17-1 ipvsadm=1:1.31-1+b1 \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=builder /opt/venv /opt/venv

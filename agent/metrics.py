@@ -23,7 +23,7 @@ from agent.checks import readiness_metrics
 from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_health
 from agent.collection import Collection
 from agent.kernel import SUBSYSTEMS
-from agent.snapshot import Ipset, IpvsService
+from agent.snapshot import Ipset, IpvsService, KubeProxy
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)
@@ -45,7 +45,9 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFami
     return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
 
 
-def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
+def families(
+    col: Collection,
+) -> Iterator[GaugeMetricFamily | InfoMetricFamily | CounterMetricFamily]:
     """Every SPEC §6 metric for one collection."""
     snap, c = col.snapshot, col.classification
     yield _value(
@@ -59,8 +61,10 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     g.add_metric(["ipv6"], sum(":" in a for a in addrs))
     yield g
 
-    vs = _gauge("ipvs_virtual_servers", "IPVS virtual servers by owner", ("owner",))
-    rs = _gauge("ipvs_real_servers", "IPVS real servers by owner of their service", ("owner",))
+    vs = _gauge("ipvs_virtual_servers", "IPVS virtual servers by class of owner", ("class",))
+    rs = _gauge(
+        "ipvs_real_servers", "IPVS real servers by class of their service's owner", ("class",)
+    )
     for owner, label in ((Owner.IPVS_LEFTOVER, "kube-proxy"), (Owner.FOREIGN, "foreign")):
         svcs = [f.obj for f in c.owned_by(owner, "ipvs-service") if isinstance(f.obj, IpvsService)]
         vs.add_metric([label], len(svcs))
@@ -114,6 +118,7 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     g = _gauge("kube_proxy_mode_info", "1 for the proxy mode kube-proxy reports", ("mode",))
     g.add_metric([c.mode.detected], 1)
     yield g
+    yield from kube_proxy_families(snap.kube_proxy)
     yield _value(
         "nftables_mode_confirmed",
         "1 when the cleanup gate (SPEC 5) would pass",
@@ -157,6 +162,32 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     info = InfoMetricFamily(PREFIX + "build", "The agent's version")
     info.add_metric([], {"version": __version__})
     yield info
+
+
+def kube_proxy_families(kp: KubeProxy) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """What the kube-proxy alerts and panels need, re-exported from what the agent read
+    (ipvs_leftovers_kube_proxy_healthy, the gate's own verdict, is made beside the gate).
+
+    kube-proxy serves its own metrics on the node's 127.0.0.1:10249, which Prometheus usually
+    cannot scrape; the agent reads them anyway, and its own target carries the `node` label.
+    A value kube-proxy did not give is left out, never exported as 0.
+    """
+    metrics = kp.metrics.data
+    g = _gauge(
+        "kube_proxy_last_sync_timestamp_seconds",
+        "kube-proxy's last successful rules sync by IP family; an idle kube-proxy "
+        "re-syncs only hourly, so an old value alone is not a fault",
+        ("family",),
+    )
+    for fam, stamp in sorted((metrics.last_sync if metrics else {}).items()):
+        g.add_metric([fam.lower()], stamp)
+    yield g
+    if metrics is not None and metrics.nftables_sync_failures is not None:
+        yield CounterMetricFamily(
+            PREFIX + "kube_proxy_nftables_sync_failures",
+            "kube-proxy's failed nftables syncs, all IP families (resets when kube-proxy does)",
+            value=metrics.nftables_sync_failures,
+        )
 
 
 def _value(name: str, doc: str, value: bool | float) -> GaugeMetricFamily:

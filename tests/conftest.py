@@ -106,3 +106,17 @@ def netns() -> Iterator[Any]:
         for pidfile in Path("/tmp").glob(f"{name}*.pid"):
             pidfile.unlink(missing_ok=True)
         lab_build.delete_netns(name)
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The agent's image, built once per run (scripts/test builds it first and passes it in
+    IPVS_LEFTOVERS_IMAGE); a build failure fails every test that needs it."""
+    if os.geteuid() != 0:
+        pytest.fail("the image tier needs root (rootful podman)")
+    from tests.image.containers import image_ref
+
+    try:
+        return image_ref()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)

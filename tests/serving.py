@@ -87,10 +87,10 @@ def metrics_view(samples: dict[str, float]) -> dict[str, Any]:
         "addresses": {
             f: samples[f'{p}kube_ipvs0_addresses{{family="{f}"}}'] for f in ("ipv4", "ipv6")
         },
-        "vs": samples[f'{p}ipvs_virtual_servers{{owner="kube-proxy"}}'],
-        "rs": samples[f'{p}ipvs_real_servers{{owner="kube-proxy"}}'],
-        "foreign_vs": samples[f'{p}ipvs_virtual_servers{{owner="foreign"}}'],
-        "foreign_rs": samples[f'{p}ipvs_real_servers{{owner="foreign"}}'],
+        "vs": samples[f'{p}ipvs_virtual_servers{{class="kube-proxy"}}'],
+        "rs": samples[f'{p}ipvs_real_servers{{class="kube-proxy"}}'],
+        "foreign_vs": samples[f'{p}ipvs_virtual_servers{{class="foreign"}}'],
+        "foreign_rs": samples[f'{p}ipvs_real_servers{{class="foreign"}}'],
         "ipsets": {f: samples[f'{p}ipsets{{family="{f}"}}'] for f in ("ipv4", "ipv6")},
         "entries": {f: samples[f'{p}ipset_entries{{family="{f}"}}'] for f in ("ipv4", "ipv6")},
         "chains": chains,

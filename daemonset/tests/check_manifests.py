@@ -2,6 +2,7 @@
 
     check_manifests.py schemas RENDERED K8S_VERSION...  core kinds against Kubernetes schemas
     check_manifests.py crds RENDERED TESTS REPO          PodMonitor, PrometheusRule, DaemonSet rules
+    check_manifests.py overlay RENDERED BASE_URL CLEANUP_JOB  tests/manifests/overlay rendered
     check_manifests.py extract-rules RENDERED OUT        the PrometheusRule's spec as a rules file
     check_manifests.py dashboard DASHBOARD OUT           dashboard JSON; its PromQL as a rules file
 
@@ -38,9 +39,15 @@ AGENT_METRICS = {
     "ipvs_leftovers_subsystem_loaded",
     "ipvs_leftovers_scrape_duration_seconds",
     "ipvs_leftovers_build_info",
+    # kube-proxy's own state, re-exported: its :10249 is on the node's loopback
+    "ipvs_leftovers_kube_proxy_healthy",
+    "ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds",
+    "ipvs_leftovers_kube_proxy_nftables_sync_failures_total",
 }
 OTHER_METRICS = {"up"}
-OTHER_PREFIXES = ("kubeproxy_",)  # kube-proxy's own metrics, from its existing scrape
+# Nothing may query kube-proxy's own kubeproxy_* series: Prometheus usually cannot scrape them.
+OTHER_PREFIXES: tuple[str, ...] = ()
+JOB = "ipvs-leftovers"  # the PodMonitor's jobLabel value: the alerts select job="ipvs-leftovers"
 
 PROMQL_KEYWORDS = {
     "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
@@ -230,6 +237,9 @@ def check_podmonitor(pm: dict[str, Any], pod_labels: dict[str, Any], problems: P
         f"{w}.spec",
         problems,
     )  # fmt: skip
+    job_label = spec.get("jobLabel")
+    if job_label is None or pod_labels.get(job_label) != JOB:
+        problems.add(w, f"jobLabel must name a pod label whose value is {JOB!r} (the job)")
     selector = spec.get("selector", {}).get("matchLabels", {})
     if not selector or any(pod_labels.get(k) != v for k, v in selector.items()):
         problems.add(w, f"selector {selector} does not select the DaemonSet's pods {pod_labels}")
@@ -260,7 +270,13 @@ def check_podmonitor(pm: dict[str, Any], pod_labels: dict[str, Any], problems: P
         problems.add(w, "needs a relabeling node <- __meta_kubernetes_pod_node_name")
 
 
-def check_rules(pr: dict[str, Any], tests_path: str, repo: Path, problems: Problems) -> None:
+def check_rules(
+    pr: dict[str, Any],
+    tests_path: str | None,
+    repo: Path,
+    problems: Problems,
+    runbook_base: str = RUNBOOK_BASE,
+) -> None:
     w = "PrometheusRule"
     if pr.get("apiVersion") != "monitoring.coreos.com/v1":
         problems.add(w, "apiVersion must be monitoring.coreos.com/v1")
@@ -288,13 +304,18 @@ def check_rules(pr: dict[str, Any], tests_path: str, repo: Path, problems: Probl
             for key in ("summary", "description", "runbook_url"):
                 if not ann.get(key):
                     problems.add(where, f"needs annotation {key}")
-            if ann.get("runbook_url") != f"{RUNBOOK_BASE}{name}.md":
-                problems.add(where, f"runbook_url must be {RUNBOOK_BASE}{name}.md")
+            if ann.get("runbook_url") != f"{runbook_base}{name}.md":
+                problems.add(where, f"runbook_url must be {runbook_base}{name}.md")
+            expr = str(rule.get("expr", ""))
+            for job in re.findall(r"\bjob\s*(=~|!=|!~|=)\s*\"([^\"]*)\"", expr):
+                if job != ("=", JOB):
+                    problems.add(where, f'selects job{job[0]}"{job[1]}": want exactly job="{JOB}"')
             if not (repo / "docs" / "runbooks" / f"{name}.md").is_file():
                 problems.add(where, f"docs/runbooks/{name}.md is missing")
     if len(set(alerts)) != len(alerts):
         problems.add(w, "alert names are not unique")
-
+    if tests_path is None:
+        return
     with open(tests_path) as f:
         tests = yaml.safe_load(f) or {}
     firing: set[str] = set()
@@ -323,13 +344,47 @@ def check_dashboard_configmap(docs: list[dict[str, Any]], problems: Problems) ->
         problems.add(name_of(cms[0]), 'needs the label grafana_dashboard: "1"')
 
 
+def check_priority_quota(docs: list[dict[str, Any]], problems: Problems) -> None:
+    """system-*-critical pods outside kube-system need a ResourceQuota covering their class."""
+    pods = [
+        d["spec"]["template"]["spec"]
+        for d in docs
+        if d.get("kind") in ("DaemonSet", "Job") and "template" in d.get("spec", {})
+    ]
+    quotas = [d for d in docs if d.get("kind") == "ResourceQuota"]
+    for pod in pods:
+        pc = pod.get("priorityClassName", "")
+        if not pc.startswith("system-"):
+            continue
+        covered = any(
+            e.get("scopeName") == "PriorityClass"
+            and e.get("operator") == "In"
+            and pc in e.get("values", [])
+            for q in quotas
+            for e in q.get("spec", {}).get("scopeSelector", {}).get("matchExpressions", [])
+        )
+        if not covered:
+            problems.add("ResourceQuota", f"none covers priorityClassName {pc} in this namespace")
+
+
+def check_namespaces(docs: list[dict[str, Any]], want: str, problems: Problems) -> None:
+    """Every object in `want`; no Namespace object (daemonset/setup has it); nothing that
+    selects the base's namespace by name."""
+    for d in docs:
+        ns = d.get("metadata", {}).get("namespace")
+        if d.get("kind") == "Namespace":
+            problems.add(name_of(d), "must not be here: the Namespace is in daemonset/setup")
+        elif ns != want:
+            problems.add(name_of(d), f"namespace is {ns!r}, want {want}")
+        if "namespaceSelector" in d.get("spec", {}):
+            problems.add(name_of(d), "selects namespaces by name (namespaceSelector)")
+    check_priority_quota(docs, problems)
+
+
 def cmd_crds(rendered: str, tests_path: str, repo: str) -> None:
     problems = Problems()
     docs = load_docs(rendered)
-    for d in docs:
-        ns = d.get("metadata", {}).get("namespace")
-        if d.get("kind") != "Namespace" and ns != "ipvs-leftovers":
-            problems.add(name_of(d), f"namespace is {ns!r}, want ipvs-leftovers")
+    check_namespaces(docs, "ipvs-leftovers", problems)
     sa = _one(docs, "ServiceAccount", problems)
     if sa and sa.get("automountServiceAccountToken") is not False:
         problems.add("ServiceAccount", "automountServiceAccountToken must be false")
@@ -337,6 +392,45 @@ def cmd_crds(rendered: str, tests_path: str, repo: str) -> None:
     check_podmonitor(_one(docs, "PodMonitor", problems), pod_labels, problems)
     check_rules(_one(docs, "PrometheusRule", problems), tests_path, Path(repo), problems)
     check_dashboard_configmap(docs, problems)
+    problems.exit()
+
+
+def cmd_overlay(rendered: str, base_url: str, cleanup_job: str) -> None:
+    """An operator's overlay (tests/manifests/overlay): own namespace, runbook URL, auto-cleanup."""
+    problems = Problems()
+    docs = load_docs(rendered)
+    check_namespaces(docs, "monitoring", problems)
+    rules = _one(docs, "PrometheusRule", problems)
+    check_rules(rules, None, Path("."), problems, base_url.rstrip("/") + "/")
+    ds = _one(docs, "DaemonSet", problems)
+    pod = ds.get("spec", {}).get("template", {}).get("spec", {})
+    container = (pod.get("containers") or [{}])[0]
+    args = container.get("args", [])
+    job = load_docs(cleanup_job)[0]["spec"]["template"]["spec"]
+    job_args = job["containers"][0]["args"]
+    want = {
+        "--auto-cleanup",
+        f"--backup-dir={job_args[job_args.index('--backup-dir') + 1]}",
+        f"--lock-file={job_args[job_args.index('--lock-file') + 1]}",
+    }
+    if args[:1] != ["serve"] or not want <= set(args):
+        problems.add("DaemonSet", f"args {args} lack {sorted(want - set(args))}")
+
+    def host_paths(spec: dict[str, Any]) -> dict[str, Any]:
+        vols = {v["name"]: v.get("hostPath") for v in spec.get("volumes", [])}
+        mounts = spec["containers"][0].get("volumeMounts", [])
+        return {m["mountPath"]: vols.get(m["name"]) for m in mounts if vols.get(m["name"])}
+
+    ds_paths, job_paths = host_paths(pod), host_paths(job)
+    for path, host in job_paths.items():
+        if ds_paths.get(path) != host:
+            problems.add("DaemonSet", f"mounts {ds_paths.get(path)} at {path}, the Job {host}")
+    if (
+        container.get("resources", {}).get("limits", {}).get("memory")
+        != job["containers"][0]["resources"]["limits"]["memory"]
+    ):
+        problems.add("DaemonSet", "auto-cleanup needs the cleanup Job's memory limit")
+    print(f"  {len(docs)} objects in monitoring; runbooks under {base_url}; auto-cleanup mounts")
     problems.exit()
 
 
@@ -369,6 +463,10 @@ def cmd_dashboard(path: str, out: str) -> None:
     for key in ("uid", "title", "panels", "schemaVersion"):
         if key not in dash:
             problems.add(path, f"missing {key}")
+    variables = {v.get("name") for v in dash.get("templating", {}).get("list", [])}
+    for var in ("datasource", "cluster", "node"):
+        if var not in variables:
+            problems.add(path, f"no dashboard variable {var!r}")
     rules = []
     ids = set()
     for panel in _panels(dash.get("panels", [])):
@@ -389,6 +487,11 @@ def cmd_dashboard(path: str, out: str) -> None:
             bad = unknown_metrics(expr)
             if bad:
                 problems.add(title, f"{t.get('refId')} uses metrics that do not exist: {bad}")
+            for sel in re.finditer(r"ipvs_leftovers_\w+(\{[^}]*\})?", expr):
+                if 'cluster=~"$cluster"' not in (sel.group(1) or "") or (
+                    'node=~"$node"' not in (sel.group(1) or "")
+                ):
+                    problems.add(title, f"{sel.group(0)} ignores the cluster/node variables")
             rule_name = f"dashboard:panel{panel.get('id')}:{t.get('refId')}"
             rules.append({"record": rule_name, "expr": grafana_to_promql(expr)})
     with open(out, "w") as f:
@@ -425,6 +528,7 @@ def main(argv: list[str]) -> None:
         "image-tools": lambda a: cmd_image_tools(a[0], a[1]),
         "schemas": lambda a: cmd_schemas(a[0], a[1:]),
         "crds": lambda a: cmd_crds(a[0], a[1], a[2]),
+        "overlay": lambda a: cmd_overlay(a[0], a[1], a[2]),
         "extract-rules": lambda a: cmd_extract_rules(a[0], a[1]),
         "dashboard": lambda a: cmd_dashboard(a[0], a[1]),
     }

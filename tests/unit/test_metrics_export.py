@@ -1,0 +1,70 @@
+"""The exported series: label names that survive a scrape, and kube-proxy's re-exported state."""
+
+from __future__ import annotations
+
+from agent.classify import classify
+from agent.collection import Collection
+from agent.metrics import families
+from agent.snapshot import KubeProxy, Reading
+from tests.unit.builders import NOW, kube_proxy, snapshot
+
+# Target labels Prometheus setups commonly attach (Kubernetes SD relabelling, the Prometheus
+# Operator, kube-prometheus, cluster-wide external labels). A series label with one of these
+# names is renamed exported_<name> at scrape time (honor_labels: false), and every rule that
+# selects on it silently stops matching.
+TARGET_LABELS = {
+    "job", "instance", "node", "namespace", "pod", "container", "service", "endpoint",
+    "cluster", "region", "zone", "team", "owner", "app", "env", "environment", "tenant",
+}  # fmt: skip
+
+
+def samples(kp: KubeProxy) -> dict[str, float]:
+    snap = snapshot(kp=kp)
+    col = Collection(snap, classify(snap, NOW), 0.0)
+    out = {}
+    for fam in families(col):
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def test_no_exported_label_collides_with_a_common_target_label() -> None:
+    snap = snapshot()
+    col = Collection(snap, classify(snap, NOW), 0.0)
+    used = {label for fam in families(col) for s in fam.samples for label in s.labels}
+    assert used & TARGET_LABELS == set()
+    assert "class" in used  # the IPVS counts' kube-proxy/foreign split
+
+
+def test_kube_proxy_health_last_sync_and_failures_are_re_exported() -> None:
+    got = samples(kube_proxy("nftables", families=("IPv4", "IPv6"), sync_age=3600.0))
+    p = "ipvs_leftovers_kube_proxy_"
+    assert got[f"{p}healthy"] == 1
+    assert got[f'{p}last_sync_timestamp_seconds{{family="ipv4"}}'] == NOW - 3600.0
+    assert got[f'{p}last_sync_timestamp_seconds{{family="ipv6"}}'] == NOW - 3600.0
+    assert got[f"{p}nftables_sync_failures_total"] == 0
+
+
+def test_an_unhealthy_kube_proxy_is_healthy_0() -> None:
+    assert samples(kube_proxy("nftables", healthy=False))["ipvs_leftovers_kube_proxy_healthy"] == 0
+
+
+def test_what_kube_proxy_did_not_give_is_left_out_not_zero() -> None:
+    down = samples(kube_proxy(None))
+    assert not any(k.startswith("ipvs_leftovers_kube_proxy_healthy") for k in down)
+    assert not any("last_sync_timestamp" in k for k in down)
+    assert not any("sync_failures" in k for k in down)
+    assert down['ipvs_leftovers_kube_proxy_mode_info{mode="unknown"}'] == 1
+    # iptables mode has no nftables failure counter: none is made up
+    ipt = samples(kube_proxy("iptables"))
+    assert not any("sync_failures" in k for k in ipt)
+
+
+def test_an_unlabelled_last_sync_is_exported_without_a_family() -> None:
+    kp = kube_proxy("nftables")
+    assert kp.metrics.data is not None
+    metrics = type(kp.metrics.data)(last_sync={"": NOW - 5.0}, nftables_sync_failures=2.0)
+    got = samples(KubeProxy(kp.proxy_mode, Reading("ok", metrics), kp.healthz, NOW))
+    assert got['ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds{family=""}'] == NOW - 5.0
+    assert got["ipvs_leftovers_kube_proxy_nftables_sync_failures_total"] == 2
