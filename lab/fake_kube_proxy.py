@@ -4,9 +4,12 @@ Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSO
 re-read on every request, so a test flips behaviour by rewriting it:
   {"mode": "nftables"|"ipvs"|"iptables", "families": ["IPv4", "IPv6"], "healthy": true,
    "last_sync_age": 5.0, "healthz_format": "json"|"old"|"oldest", "garbage": false,
-   "sync_failures": 0, "node_eligible": true}
+   "sync_failures": 0, "node_eligible": true, "release": null|"v1.30.3"}
 node_eligible false is a node being deleted: /healthz answers 503, /livez ignores it (as
 kube-proxy's proxier_health.go). The "oldest" format is a release before /livez (404).
+"release": "v1.30.3" serves what real kube-proxy v1.30.3 serves (tests/data/kube-proxy-v1.30.3):
+/healthz in the old Go-time format with nodeEligible, /livez without it, and /metrics without
+ip_family labels, without any nftables series, with its iptables-mode gauges.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ DEFAULT_STATE: dict[str, Any] = {
     "garbage": False,
     "sync_failures": 0,
     "node_eligible": True,
+    "release": None,
 }
 _STARTED = time.monotonic()
 
@@ -131,7 +135,134 @@ def _histogram(lines: list[str], name: str, help_: str, fams: list[str]) -> None
         lines += [f'{name}_sum{{ip_family="{fam}"}} 0.53', f'{name}_count{{ip_family="{fam}"}} 42']
 
 
+def _plain_histogram(lines: list[str], name: str, help_: str, count: int, total: float) -> None:
+    """A histogram without labels (v1.30.3: one set of sync metrics for both families)."""
+    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} histogram"]
+    bounds = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256"]
+    bounds += ["0.512", "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]
+    lines += [f'{name}_bucket{{le="{b}"}} {count if b == "+Inf" else 0}' for b in bounds]
+    lines += [f"{name}_sum {total:g}", f"{name}_count {count}"]
+
+
+def metrics_body_v1_30_3(state: dict[str, Any], now: float) -> str:
+    """The series real kube-proxy v1.30.3 serves in each mode, as recorded."""
+    mode = state["mode"]
+    last = now - float(state["last_sync_age"])
+    failures = float(state["sync_failures"])
+    lines: list[str] = []
+    _plain_histogram(
+        lines,
+        "kubeproxy_network_programming_duration_seconds",
+        "In Cluster Network Programming Latency in seconds",
+        0,
+        0.0,
+    )
+    healthz = [('{code="200"}', 2.0)] + ([('{code="503"}', 1.0)] if not state["healthy"] else [])
+    _counter(
+        lines, "kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status", healthz
+    )
+    _counter(
+        lines,
+        "kubeproxy_proxy_livez_total",
+        "Cumulative proxy livez HTTP status",
+        [('{code="200"}', 1.0)],
+    )
+    _plain_histogram(
+        lines,
+        "kubeproxy_sync_full_proxy_rules_duration_seconds",
+        "SyncProxyRules latency in seconds for full resyncs",
+        2,
+        1.5,
+    )
+    _plain_histogram(
+        lines,
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+        "SyncProxyRules latency in seconds for partial resyncs",
+        0,
+        0.0,
+    )
+    _plain_histogram(
+        lines,
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "SyncProxyRules latency in seconds",
+        2,
+        1.5,
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+        "Pending proxy rules Endpoint changes",
+        [("", 0.0)],
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "Cumulative proxy rules Endpoint changes",
+        [("", 11.0)],
+    )
+    tables = [('{table="filter"}', 5.0), ('{table="nat"}', 122.0)]
+    if mode == "iptables":
+        _gauge(
+            lines,
+            "kubeproxy_sync_proxy_rules_iptables_last",
+            "Number of iptables rules written by kube-proxy in last sync",
+            tables,
+        )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+        "Cumulative proxy iptables partial restore failures",
+        [("", 0.0)],
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+        "Cumulative proxy iptables restore failures",
+        [("", failures if mode != "nftables" else 0.0)],
+    )
+    if mode == "iptables":
+        _gauge(
+            lines,
+            "kubeproxy_sync_proxy_rules_iptables_total",
+            "Total number of iptables rules owned by kube-proxy",
+            tables,
+        )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "The last time a sync of proxy rules was queued",
+        [("", last)],
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "The last time proxy rules were successfully synced",
+        [("", last)],
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "Number of services with a Local traffic policy and no endpoints",
+        [(f'{{traffic_policy="{p}"}}', 0.0) for p in ("external", "internal")],
+    )
+    _gauge(
+        lines,
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "Pending proxy rules Service changes",
+        [("", 0.0)],
+    )
+    _counter(
+        lines,
+        "kubeproxy_sync_proxy_rules_service_changes_total",
+        "Cumulative proxy rules Service changes",
+        [("", 22.0)],
+    )
+    return "\n".join(lines) + "\n"
+
+
 def metrics_body(state: dict[str, Any], now: float) -> str:
+    if state.get("release") == "v1.30.3":
+        return metrics_body_v1_30_3(state, now)
     fams = list(state["families"])
 
     def per_fam(value: float) -> list[tuple[str, float]]:
@@ -285,6 +416,9 @@ class Handler(BaseHTTPRequestHandler):
         elif self.role == "healthz" and path == "/livez" and state["healthz_format"] == "oldest":
             self._send(404, b"404 page not found\n", text)  # a release before /livez
         elif self.role == "healthz" and path in ("/healthz", "/livez"):
+            if state.get("release") == "v1.30.3":
+                # v1.30.3: Go time strings (healthz_body leaves nodeEligible out of /livez)
+                state = {**state, "healthz_format": "old"}
             code, body = healthz_body(state, now, livez=path == "/livez")
             if path == "/livez" and state["healthz_format"] == "json":
                 data = json.loads(body)

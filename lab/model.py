@@ -39,6 +39,8 @@ class Service:
     endpoints: tuple[str, ...] = ()
     local: bool = False  # externalTrafficPolicy: Local
     health_check_node_port: int | None = None
+    # sessionAffinity: ClientIP with this timeout (kube-proxy's default 10800 s); None: no affinity
+    session_affinity_seconds: int | None = None
 
     @property
     def has_node_ports(self) -> bool:

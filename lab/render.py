@@ -244,7 +244,8 @@ def _kube_virtual_servers(st: FamilyState) -> list[str]:
             continue
         seen.add(key)
         svc = f"{_PROTO_FLAG[vs.protocol]} {vs_address(vs.address, vs.port)}"
-        lines.append(f"-A {svc} -s {vs.scheduler}")
+        persist = f" -p {vs.persistence}" if vs.persistence is not None else ""
+        lines.append(f"-A {svc} -s {vs.scheduler}{persist}")
         lines += [f"-a {svc} -r {vs_address(ip, p)} {vs.forward} -w 1" for ip, p in vs.real_servers]
     return lines
 

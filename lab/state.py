@@ -16,6 +16,8 @@ class VirtualServer:
     port: int
     real_servers: tuple[tuple[str, int], ...]
     scheduler: str = "rr"
+    # sessionAffinity ClientIP: every virtual server of the Service is persistent (ipvsadm -p)
+    persistence: int | None = None
     forward: str = "-m"  # masq
 
 
@@ -85,22 +87,36 @@ def _add_service(
         for cip in _of(svc.cluster_ips, family):
             st.add(n.CLUSTER_IP, f"{cip},{proto}:{port.port}")
             st.bind(cip)
-            st.virtual_servers.append(VirtualServer(proto, cip, port.port, rs))
+            st.virtual_servers.append(
+                VirtualServer(proto, cip, port.port, rs, persistence=svc.session_affinity_seconds)
+            )
         for eip in _of(svc.external_ips, family):
             st.add(
                 n.EXTERNAL_IP_LOCAL if svc.local else n.EXTERNAL_IP, f"{eip},{proto}:{port.port}"
             )
             if eip not in node_ips:
                 st.bind(eip)
-            st.virtual_servers.append(VirtualServer(proto, eip, port.port, ext_rs))
+            st.virtual_servers.append(
+                VirtualServer(
+                    proto, eip, port.port, ext_rs, persistence=svc.session_affinity_seconds
+                )
+            )
         if svc.type == "LoadBalancer":
             for lb in _of(svc.lb_ips, family):
                 _add_lb(st, node, svc, lb, proto, port.port, node_ips)
-                st.virtual_servers.append(VirtualServer(proto, lb, port.port, ext_rs))
+                st.virtual_servers.append(
+                    VirtualServer(
+                        proto, lb, port.port, ext_rs, persistence=svc.session_affinity_seconds
+                    )
+                )
         if svc.has_node_ports and port.node_port:
             _add_node_port(st, svc, proto, port.node_port, node_ips)
             for nip in node_ips:
-                st.virtual_servers.append(VirtualServer(proto, nip, port.node_port, ext_rs))
+                st.virtual_servers.append(
+                    VirtualServer(
+                        proto, nip, port.node_port, ext_rs, persistence=svc.session_affinity_seconds
+                    )
+                )
     if svc.health_check_node_port:
         st.add(n.HEALTH_CHECK_NODE_PORT, str(svc.health_check_node_port))
 

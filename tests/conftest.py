@@ -33,13 +33,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="fail (not skip) when the VM tier cannot run: IPVS or dummy unavailable",
     )
+    parser.addoption(
+        "--kube-proxy",
+        default=None,
+        help="kube-proxy binary for the real-kube-proxy tier (default: $IPVS_LEFTOVERS_KUBE_PROXY, "
+        "else ../shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if IN_VM:
         return
     for item in items:
-        if "vm" in item.keywords:
+        if "vm" in item.keywords or "realkp" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="VM tier: scripts/vm-run runs it"))
 
 

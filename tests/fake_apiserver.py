@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import select
+import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -407,6 +409,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             for event in self.api.watch(resource, since):
                 if event is None:
+                    if self._client_gone():
+                        break
                     continue
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
@@ -415,6 +419,16 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """The client closed the watch (kube-proxy stopped): its socket reads EOF."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         self.api.requests.append(("POST", self.path))

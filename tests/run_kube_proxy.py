@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from tests.fake_apiserver import Cluster, Endpoint, FakeAPIServer, Node, Port, Service
+from tests.realkp.node import base_flags
 
 NODE = Node("node-a", ("192.168.50.10",), ("10.244.0.0/24",))
 # One of each shape iptables mode writes: ClusterIP, NodePort with a local and a remote
@@ -68,21 +69,7 @@ def main() -> None:
     with FakeAPIServer(Cluster(NODE, SERVICES)) as api, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         kubeconfig.write_text(api.kubeconfig())
-        args = [
-            binary,
-            f"--kubeconfig={kubeconfig}",
-            "--hostname-override=node-a",
-            f"--proxy-mode={mode}",
-            "--cluster-cidr=10.244.0.0/16",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-            "--kube-api-content-type=application/json",
-            "--conntrack-max-per-core=0",
-            "--conntrack-tcp-timeout-established=0",
-            "--conntrack-tcp-timeout-close-wait=0",
-            "--oom-score-adj=0",
-            "-v=2",
-        ]
+        args = [binary, *base_flags(kubeconfig, "node-a", mode, "10.244.0.0/16")]
         with open(logfile, "w") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
             try:

@@ -1,0 +1,419 @@
+"""One node for the real-kube-proxy tier: a namespace, its veth, listeners, real kube-proxy.
+
+Only for the VM (scripts/vm-run): the veth's peer lives in the VM's root namespace, where the
+test process runs the fake API server on the peer address. Nothing here runs on the host.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from tests.fake_apiserver import Cluster, FakeAPIServer
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_XZ = REPO.parent / "shared" / "kube-proxy" / "kube-proxy-v1.30.3-linux-amd64.xz"
+LISTEN_PORT = 8080  # the local endpoints' listener, on every address of the namespace
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+T = TypeVar("T")
+
+
+def sh(args: list[str], stdin: str | None = None, check: bool = True) -> str:
+    p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} -> {p.returncode}: {p.stderr.strip()[:2000]}")
+    return p.stdout
+
+
+def kube_proxy_binary(option: str | None, workdir: Path) -> Path:
+    """The binary to test: the option, $IPVS_LEFTOVERS_KUBE_PROXY, else the shared v1.30.3."""
+    given = option or os.environ.get("IPVS_LEFTOVERS_KUBE_PROXY")
+    if given:
+        path = Path(given)
+        if not os.access(path, os.X_OK):
+            raise RuntimeError(f"kube-proxy binary {path} is not executable")
+        return path
+    if not DEFAULT_XZ.exists():
+        raise RuntimeError(f"no kube-proxy: set IPVS_LEFTOVERS_KUBE_PROXY or provide {DEFAULT_XZ}")
+    out = workdir / "kube-proxy"
+    if not out.exists():
+        with open(out.with_suffix(".tmp"), "wb") as f:
+            subprocess.run(["xz", "-dc", str(DEFAULT_XZ)], stdout=f, check=True)
+        out.with_suffix(".tmp").chmod(0o755)
+        out.with_suffix(".tmp").rename(out)
+    return out
+
+
+def tool_dir(backend: str, workdir: Path) -> Path:
+    """A folder whose `iptables*` are the chosen backend: first on kube-proxy's PATH."""
+    d = workdir / f"bin-{backend}"
+    d.mkdir(parents=True, exist_ok=True)
+    for fam in ("iptables", "ip6tables"):
+        for suffix in ("", "-save", "-restore"):
+            link = d / f"{fam}{suffix}"
+            if not link.exists():
+                link.symlink_to(f"/usr/sbin/{fam}-{backend}{suffix}")
+    return d
+
+
+@dataclass
+class NodeNet:
+    """Addresses of node `index`: 192.168.6<index>.10/24 and fd00:6<index>::10/64 on eth0."""
+
+    index: int
+    backend: str  # legacy | nft
+    dual_stack: bool
+
+    @property
+    def ns(self) -> str:
+        return f"rk-{self.backend}-{'ds' if self.dual_stack else 'v4'}"
+
+    @property
+    def name(self) -> str:  # the Node's name (--hostname-override)
+        return f"node-{self.index}"
+
+    @property
+    def peer_link(self) -> str:
+        return f"rkpeer{self.index}"
+
+    @property
+    def v4(self) -> str:
+        return f"192.168.{60 + self.index}.10"
+
+    @property
+    def v4_peer(self) -> str:
+        return f"192.168.{60 + self.index}.1"
+
+    @property
+    def v6(self) -> str:
+        return f"fd00:{60 + self.index}::10"
+
+    @property
+    def v6_peer(self) -> str:
+        return f"fd00:{60 + self.index}::1"
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return ("ipv4", "ipv6") if self.dual_stack else ("ipv4",)
+
+    @property
+    def node_ips(self) -> tuple[str, ...]:
+        return (self.v4, self.v6) if self.dual_stack else (self.v4,)
+
+
+def ns_run(ns: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    return sh(["ip", "netns", "exec", ns, *args], stdin=stdin, check=check)
+
+
+LISTENER = r"""
+import socket, sys, threading
+def serve(fam, addr):
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if fam == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind((addr, int(sys.argv[1]))); s.listen(64)
+    while True:
+        c, _ = s.accept(); c.sendall(b"ok\n"); c.close()
+ts = [threading.Thread(target=serve, args=(socket.AF_INET, "0.0.0.0"))]
+if len(sys.argv) > 2:
+    ts.append(threading.Thread(target=serve, args=(socket.AF_INET6, "::")))
+for t in ts: t.start()
+print("listening", flush=True)
+for t in ts: t.join()
+"""
+
+
+def setup_namespace(net: NodeNet) -> subprocess.Popen[bytes]:
+    """The namespace with eth0 (peer in the VM's root namespace), lo up, pod routes and the
+    endpoint listener. Returns the listener process."""
+    sh(["ip", "netns", "del", net.ns], check=False)
+    sh(["ip", "link", "del", net.peer_link], check=False)
+    sh(["ip", "netns", "add", net.ns])
+    ip = ["ip", "-n", net.ns]
+    sh([*ip, "link", "set", "lo", "up"])
+    sh(
+        [
+            "ip",
+            "link",
+            "add",
+            net.peer_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            net.ns,
+        ]
+    )
+    sh(["ip", "addr", "add", f"{net.v4_peer}/24", "dev", net.peer_link])
+    sh([*ip, "addr", "add", f"{net.v4}/24", "dev", "eth0"])
+    # Local pods: addresses on lo, so a DNAT to them is delivered to the listener.
+    sh([*ip, "addr", "add", "10.244.0.10/32", "dev", "lo"])
+    if net.dual_stack:
+        sh(["ip", "addr", "add", f"{net.v6_peer}/64", "dev", net.peer_link, "nodad"])
+        sh([*ip, "addr", "add", f"{net.v6}/64", "dev", "eth0", "nodad"])
+        sh([*ip, "addr", "add", "fd00:244::10/128", "dev", "lo"])
+    sh(["ip", "link", "set", net.peer_link, "up"])
+    sh([*ip, "link", "set", "eth0", "up"])
+    # Remote pods live behind the peer (IPVS wants a unicast route to every real server).
+    sh([*ip, "route", "add", "default", "via", net.v4_peer])
+    if net.dual_stack:
+        sh([*ip, "-6", "route", "add", "default", "via", net.v6_peer])
+    args = ["ip", "netns", "exec", net.ns, "python3", "-c", LISTENER, str(LISTEN_PORT)]
+    if net.dual_stack:
+        args.append("v6")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    return proc
+
+
+def delete_namespace(net: NodeNet) -> None:
+    sh(["ip", "netns", "del", net.ns], check=False)
+    sh(["ip", "link", "del", net.peer_link], check=False)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def in_netns(ns: str, fn: Callable[[], T]) -> T:
+    """Run `fn` in a fresh thread that joined namespace `ns` (setns acts on one thread only),
+    so sockets it opens live there. Cheaper than a Python start in the namespace under TCG."""
+    box: list[Any] = []
+
+    def body() -> None:
+        try:
+            with open(f"/run/netns/{ns}") as f:
+                if _libc.setns(f.fileno(), CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns {ns}")
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append((False, exc))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return cast(T, value)
+
+
+def probe(net: NodeNet, host: str, port: int) -> str:
+    """A real TCP connection from the namespace; 'ok' when the endpoint listener answered."""
+
+    def connect() -> str:
+        try:
+            with socket.create_connection((host, port), timeout=5) as s:
+                s.settimeout(5)
+                return s.recv(16).decode().strip() or "empty"
+        except OSError as exc:
+            return f"error {exc}"
+
+    return in_netns(net.ns, connect)
+
+
+def http_get(ns: str, url: str) -> tuple[int, str]:
+    """GET inside the namespace."""
+
+    def get() -> tuple[int, str]:
+        try:
+            with _OPENER.open(url, timeout=10) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+        except OSError as e:
+            return 0, str(e)
+
+    return in_netns(ns, get)
+
+
+def base_flags(kubeconfig: Path, node: str, mode: str, cluster_cidr: str) -> list[str]:
+    """The flags that work for kube-proxy in a network namespace (../shared/kube-proxy/README.md):
+    no host-wide conntrack sysctls, JSON to the fake API server, loopback listeners."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={node}",
+        f"--proxy-mode={mode}",
+        f"--cluster-cidr={cluster_cidr}",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--healthz-bind-address=127.0.0.1:10256",
+        "--kube-api-content-type=application/json",
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0",
+        "--conntrack-tcp-timeout-close-wait=0",
+        "--oom-score-adj=0",
+        "-v=2",
+    ]
+
+
+@dataclass
+class KubeProxy:
+    """Real kube-proxy in a namespace, started by `start` and stopped by `stop`."""
+
+    net: NodeNet
+    binary: Path
+    workdir: Path
+    api: FakeAPIServer
+    mode: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def args(self, mode: str) -> list[str]:
+        kubeconfig = self.workdir / f"{self.net.ns}.kubeconfig"
+        kubeconfig.write_text(self.api.kubeconfig())
+        cidrs = "10.244.0.0/16,fd00:244::/56" if self.net.dual_stack else "10.244.0.0/16"
+        nodeport = ",".join(
+            [f"{self.net.v4}/32"] + ([f"{self.net.v6}/128"] if self.net.dual_stack else [])
+        )
+        return [
+            str(self.binary),
+            *base_flags(kubeconfig, self.net.name, mode, cidrs),
+            "--feature-gates=NFTablesProxyMode=true",
+            f"--nodeport-addresses={nodeport}",
+            # A keepalived-style virtual server beside kube-proxy, as an operator keeps it.
+            f"--ipvs-exclude-cidrs=192.168.{60 + self.net.index}.100/32",
+        ]
+
+    def start(self, mode: str) -> None:
+        self.mode = mode
+        self.log = self.workdir / f"{self.net.ns}-{mode}-{int(time.time())}.log"
+        env = {
+            "PATH": f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+        }
+        with open(self.log, "wb") as logf:
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.net.ns, *self.args(mode)],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.started = time.monotonic()
+
+    def run_cleanup(self) -> tuple[int, str]:
+        """`kube-proxy --cleanup` (its own removal of iptables/ipvs/nftables-mode state)."""
+        env = {
+            "PATH": f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+        }
+        args = [a for a in self.args("ipvs") if not a.startswith("--proxy-mode")]
+        p = subprocess.run(
+            ["ip", "netns", "exec", self.net.ns, *args, "--cleanup"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        return p.returncode, (p.stdout + p.stderr)[-4000:]
+
+    def metrics(self) -> str:
+        return http_get(self.net.ns, "http://127.0.0.1:10249/metrics")[1]
+
+    def synced(self) -> bool:
+        """Every family's proxier finished a first full sync. The sync metrics carry no family
+        label in v1.30 (one family's sync sets them), and /healthz answers 200 before any sync,
+        so each family's last write of its sync is looked for in the kernel as well."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"kube-proxy {self.mode} exited: {self.tail()}")
+        syncs = [
+            float(line.split()[-1])
+            for line in self.metrics().splitlines()
+            if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")
+        ]
+        families = self.families()
+        if not syncs or syncs[0] < len(families):
+            return False
+        if http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0] != 200:
+            return False
+        return all(self._family_synced(f) for f in families)
+
+    def families(self) -> tuple[str, ...]:
+        """kube-proxy runs both families whenever ip6tables works, IPv4-only node or not."""
+        return ("ipv4", "ipv6") if "running in dual-stack mode" in self.tail(None) else ("ipv4",)
+
+    def _family_synced(self, family: str) -> bool:
+        ns = self.net.ns
+        if self.mode == "nftables":
+            table = "ip6 kube-proxy" if family == "ipv6" else "ip kube-proxy"
+            return f"table {table}\n" in ns_run(ns, "nft", "list", "tables") + "\n"
+        tool = f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{self.net.backend}-save"
+        nat = ns_run(ns, tool, "-t", "nat", check=False)
+        if self.mode == "ipvs":
+            # written by the iptables-restore that follows a sync's IPVS and ipset work
+            loopback = "::1/128" if family == "ipv6" else "127.0.0.0/8"
+            return f"-A KUBE-SERVICES -s {loopback} -j RETURN" in nat
+        return "-j KUBE-NODEPORTS" in nat  # iptables mode: the last rule of KUBE-SERVICES
+
+    def wait_synced(self, timeout: float = 600.0) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.synced():
+                took = time.monotonic() - self.started
+                self.timings[self.mode] = took
+                return took
+            time.sleep(4)  # each poll starts processes: keep them rare under TCG
+        raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
+
+    def tail(self, chars: int | None = 3000) -> str:
+        text = self.log.read_text(errors="replace") if self.log else ""
+        return text[-chars:] if chars else text
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def start_api(net: NodeNet, cluster: Cluster) -> FakeAPIServer:
+    return FakeAPIServer(cluster, (net.v4_peer, 6443)).start()
+
+
+def endpoints(ns: str) -> dict[str, Any]:
+    """What kube-proxy serves on its four endpoints, raw."""
+    out: dict[str, Any] = {}
+    for name, url in (
+        ("proxyMode", "http://127.0.0.1:10249/proxyMode"),
+        ("healthz", "http://127.0.0.1:10256/healthz"),
+        ("livez", "http://127.0.0.1:10256/livez"),
+        ("metrics", "http://127.0.0.1:10249/metrics"),
+    ):
+        code, body = http_get(ns, url)
+        out[name] = {"status": code, "body": body}
+    return out
+
+
+def save_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def copy_out(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dst)

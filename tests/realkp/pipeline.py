@@ -1,0 +1,256 @@
+"""The real-kube-proxy run of one node: kube-proxy in each mode in turn, the agent after each.
+
+Per node (one namespace, one backend, IPv4-only or dual-stack), in one sequence that shares the
+kube-proxy phases between the scenarios:
+
+  S0 third-party state -> ipvs mode (S1; what it made = S1 - S0) -> CNI hostport rule ->
+  nftables mode (its startup cleanup ran): scenario A -> the saved ipvs-mode state put back:
+  scenario B -> stop; iptables mode (S4 -> S5; what it made = S5 - S4) -> nftables mode, the
+  saved state put back: scenario C.
+
+Each scenario records everything the tests assert on (`Scenario`); nothing is asserted here, so
+one failing expectation never hides the others. C's node ran ipvs -> nftables (cleanup failed)
+-> iptables -> nftables: one nftables phase more than the issue's ipvs -> iptables -> nftables,
+which changes nothing C checks (iptables mode deletes the nftables tables at its start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fake_apiserver import FakeAPIServer, Port, Service
+from tests.realkp import mix
+from tests.realkp import state as st
+from tests.realkp.node import (
+    KubeProxy,
+    NodeNet,
+    delete_namespace,
+    endpoints,
+    http_get,
+    ns_run,
+    probe,
+    setup_namespace,
+    start_api,
+)
+
+AGENT = str(Path(sys.executable).with_name("ipvs-leftovers"))
+
+
+@dataclass
+class AgentRun:
+    args: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def agent(ns: str, *args: str) -> AgentRun:
+    t = time.monotonic()
+    cmd = ["ip", "netns", "exec", ns, AGENT, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return AgentRun(list(args), p.returncode, p.stdout, p.stderr, time.monotonic() - t)
+
+
+@dataclass
+class Scenario:
+    name: str
+    net: NodeNet
+    before: st.State  # the node as the agent meets it
+    made_ipvs: set[str]  # objects real ipvs mode created (S1 - S0)
+    made_iptables: set[str]  # objects real iptables mode created (C only)
+    rewritten: set[str] = field(default_factory=set)  # ipvs-mode chains iptables mode rewrote
+    audit: AgentRun | None = None
+    textfile: str = ""
+    healthz: list[int] = field(default_factory=list)  # /healthz codes before, after, after 2nd
+    probes_before: dict[str, str] = field(default_factory=dict)
+    probes_after: dict[str, str] = field(default_factory=dict)
+    cleanup: AgentRun | None = None
+    after: st.State | None = None
+    verify: AgentRun | None = None
+    cleanup2: AgentRun | None = None
+    after2: st.State | None = None
+    restore: AgentRun | None = None
+    restored: st.State | None = None
+    kube_proxy_alive: bool = True
+
+    @property
+    def made(self) -> set[str]:
+        return self.made_ipvs | self.made_iptables
+
+    @property
+    def leftovers(self) -> set[str]:
+        """What a mode made that is still on the node when the agent looks."""
+        return self.made & self.before.objects()
+
+
+@dataclass
+class NodeRun:
+    net: NodeNet
+    timings: dict[str, float] = field(default_factory=dict)
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, st.State] = field(default_factory=dict)
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    error: str = ""
+    kp_cleanup: tuple[int, str] = (-1, "")
+    watch: dict[str, bool] = field(default_factory=dict)
+    logs: list[Path] = field(default_factory=list)
+
+
+_T0 = time.monotonic()
+
+
+def note(net: NodeNet, what: str) -> None:
+    """One progress line in $VM_OUT/realkp/progress.log: a slow VM run can be followed."""
+    out = Path(os.environ.get("VM_OUT", "/tmp")) / "realkp"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "progress.log", "a") as f:
+        f.write(f"{time.monotonic() - _T0:7.1f} {net.ns} {what}\n")
+
+
+def _probes(net: NodeNet) -> dict[str, str]:
+    return {
+        "clusterip": probe(net, mix.WEB_CLUSTER_IP, 80),
+        "nodeport": probe(net, net.v4, mix.WEB_NODE_PORT),
+    }
+
+
+def _healthz(net: NodeNet) -> int:
+    return http_get(net.ns, "http://127.0.0.1:10256/healthz")[0]
+
+
+def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
+    net = sc.net
+    ns = net.ns
+    textfile = work / f"{ns}-{sc.name}.prom"
+    backups = work / f"{ns}-{sc.name}-backups"
+    common = ["--backup-dir", str(backups), "--lock-file", str(work / f"{ns}.lock")]
+    note(net, f"scenario {sc.name}")
+    sc.healthz.append(_healthz(net))
+    sc.probes_before = _probes(net)
+    sc.audit = agent(ns, "audit", "--json", "--textfile", str(textfile))
+    sc.textfile = textfile.read_text() if textfile.exists() else ""
+    note(net, f"audit {sc.audit.rc} {sc.audit.seconds:.1f}s")
+    sc.cleanup = agent(ns, "cleanup", "--apply", *common)
+    note(net, f"cleanup {sc.cleanup.rc} {sc.cleanup.seconds:.1f}s")
+    sc.after = st.read(net)
+    sc.healthz.append(_healthz(net))
+    sc.probes_after = _probes(net)
+    sc.verify = agent(ns, "verify", "--json", "--probe-address", f"{mix.WEB_CLUSTER_IP}:80")
+    sc.cleanup2 = agent(ns, "cleanup", "--apply", *common)
+    sc.after2 = st.read(net)
+    sc.healthz.append(_healthz(net))
+    bundles = sorted(p for p in backups.glob("*") if p.is_dir()) if backups.exists() else []
+    if bundles:
+        # the first run's bundle holds what the cleanup removed
+        sc.restore = agent(ns, "restore", str(bundles[0]))
+    sc.restored = st.read(net)
+    sc.kube_proxy_alive = kp.alive()
+
+
+LATE = Service("late", ("10.96.2.1",), (Port(80, target_port=8080),), endpoints=())
+
+
+def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (text in ns_run(net.ns, "nft", "list", "table", "ip", "kube-proxy")) == present:
+            return True
+        time.sleep(2)
+    return False
+
+
+def _watch_events_reach_kube_proxy(net: NodeNet, api: FakeAPIServer) -> dict[str, bool]:
+    """A Service pushed through the fake API server's watch while nftables mode runs shows up
+    in its table, and goes again when deleted."""
+    api.push("apply", LATE)
+    added = _nft_has(net, "10.96.2.1", True)
+    api.push("delete", LATE)
+    return {"added": added, "deleted": _nft_has(net, "10.96.2.1", False)}
+
+
+def _phase(run: NodeRun, kp: KubeProxy, mode: str) -> None:
+    note(run.net, f"start {mode}")
+    kp.start(mode)
+    run.timings[f"{mode}#{len(run.timings)}"] = kp.wait_synced()
+    note(run.net, f"{mode} synced")
+    run.endpoints.setdefault(mode, endpoints(run.net.ns))
+    if kp.log is not None:
+        run.logs.append(kp.log)
+
+
+def _apply(net: NodeNet, commands: dict[str, str]) -> None:
+    for cmd, stdin in commands.items():
+        ns_run(net.ns, *cmd.split(), stdin=stdin)
+
+
+def run_node(net: NodeNet, binary: Path, work: Path, sctp: bool) -> NodeRun:
+    run = NodeRun(net)
+    t0 = time.monotonic()
+    listener = setup_namespace(net)
+    api: FakeAPIServer | None = None
+    kp: KubeProxy | None = None
+    try:
+        _apply(net, mix.third_party_before(net))
+        s0 = run.states["S0"] = st.read(net)
+        api = start_api(net, mix.cluster(net, sctp))
+        kp = KubeProxy(net, binary, work, api)
+        _phase(run, kp, "ipvs")
+        kp.stop()
+        s1 = run.states["S1"] = st.read(net)
+        made_ipvs = st.created(s0, s1)
+        _apply(net, mix.cni_hostport_rule(net))
+        s1c = run.states["S1+cni"] = st.read(net)
+
+        _phase(run, kp, "nftables")
+        a = Scenario("A", net, st.read(net), made_ipvs, set())
+        run.scenarios["A"] = a
+        run_scenario(a, kp, work)
+
+        run.watch = _watch_events_reach_kube_proxy(net, api)
+        st.put_back(net, s1c, made_ipvs)
+        b = Scenario("B", net, st.read(net), made_ipvs, set())
+        run.scenarios["B"] = b
+        run_scenario(b, kp, work)
+
+        kp.stop()
+        # `kube-proxy --cleanup` on scenario B's state (kube-proxy stopped, tables kept)
+        run.states["B-stopped"] = st.read(net)
+        note(net, "kube-proxy --cleanup")
+        run.kp_cleanup = kp.run_cleanup()
+        run.states["B-after-kube-proxy-cleanup"] = st.read(net)
+        # C starts from the node as ipvs mode left it (the failed-cleanup state again)
+        st.put_back(net, s1c, made_ipvs)
+        s4 = run.states["S4"] = st.read(net)
+        _phase(run, kp, "iptables")
+        kp.stop()
+        s5 = run.states["S5"] = st.read(net)
+        made_ipt = st.created(s4, s5)
+        _phase(run, kp, "nftables")
+        st.put_back(net, s5, (made_ipvs | made_ipt) & s5.objects())
+        c = Scenario("C", net, st.read(net), made_ipvs, made_ipt, st.rewritten(s4, s5))
+        run.scenarios["C"] = c
+        run_scenario(c, kp, work)
+    except Exception as exc:  # recorded: the tests report it per node
+        run.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if kp is not None:
+            kp.stop()
+        if api is not None:
+            api.stop()
+        listener.kill()
+        listener.wait()
+        delete_namespace(net)
+        run.timings["total"] = time.monotonic() - t0
+        note(net, f"done {run.error}")
+    return run
