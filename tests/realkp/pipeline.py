@@ -36,6 +36,7 @@ from tests.realkp.node import (
     http_get,
     ns_run,
     probe,
+    save_json,
     setup_namespace,
     start_api,
 )
@@ -55,9 +56,14 @@ class AgentRun:
         return json.loads(self.stdout)
 
 
+# Under TCG on a loaded host one iptables-save can take longer than the agent's 5 s default
+# (that read is then an error and audit exits 4): the tier gives every read a minute.
+AGENT_TIMEOUT = ("--timeout", "60")
+
+
 def agent(ns: str, *args: str) -> AgentRun:
     t = time.monotonic()
-    cmd = ["ip", "netns", "exec", ns, AGENT, *args]
+    cmd = ["ip", "netns", "exec", ns, AGENT, *AGENT_TIMEOUT, *args]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return AgentRun(list(args), p.returncode, p.stdout, p.stderr, time.monotonic() - t)
 
@@ -108,13 +114,13 @@ class NodeRun:
 
 
 _T0 = time.monotonic()
+OUT = Path(os.environ.get("VM_OUT", "/tmp")) / "realkp"
 
 
 def note(net: NodeNet, what: str) -> None:
     """One progress line in $VM_OUT/realkp/progress.log: a slow VM run can be followed."""
-    out = Path(os.environ.get("VM_OUT", "/tmp")) / "realkp"
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "progress.log", "a") as f:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(OUT / "progress.log", "a") as f:
         f.write(f"{time.monotonic() - _T0:7.1f} {net.ns} {what}\n")
 
 
@@ -216,12 +222,14 @@ def run_node(net: NodeNet, binary: Path, work: Path, sctp: bool) -> NodeRun:
         a = Scenario("A", net, st.read(net), made_ipvs, set())
         run.scenarios["A"] = a
         run_scenario(a, kp, work)
+        record(run, OUT)  # as it goes: a slow run can be read before it ends
 
         run.watch = _watch_events_reach_kube_proxy(net, api)
         st.put_back(net, s1c, made_ipvs)
         b = Scenario("B", net, st.read(net), made_ipvs, set())
         run.scenarios["B"] = b
         run_scenario(b, kp, work)
+        record(run, OUT)
 
         kp.stop()
         # `kube-proxy --cleanup` on scenario B's state (kube-proxy stopped, tables kept)
@@ -254,3 +262,37 @@ def run_node(net: NodeNet, binary: Path, work: Path, sctp: bool) -> NodeRun:
         run.timings["total"] = time.monotonic() - t0
         note(net, f"done {run.error}")
     return run
+
+
+def record(run: NodeRun, out: Path) -> None:
+    """Everything observed, for the report and for tests/data (kube-proxy's endpoints)."""
+    d = out / run.net.ns
+    save_json(d / "timings.json", run.timings)
+    save_json(d / "endpoints.json", run.endpoints)
+    save_json(d / "error.json", run.error)
+    save_json(d / "kube-proxy-cleanup.json", run.kp_cleanup)
+    save_json(d / "watch.json", run.watch)
+    for name, s in run.states.items():
+        save_json(d / f"state-{name}.json", s.__dict__)
+    for name, sc in run.scenarios.items():
+        doc: dict[str, Any] = {
+            "before": sc.before.__dict__,
+            "made_ipvs": sorted(sc.made_ipvs),
+            "made_iptables": sorted(sc.made_iptables),
+            "healthz": sc.healthz,
+            "probes_before": sc.probes_before,
+            "probes_after": sc.probes_after,
+            "textfile": sc.textfile,
+            "kube_proxy_alive": sc.kube_proxy_alive,
+            "rewritten": sorted(sc.rewritten),
+        }
+        for key in ("audit", "cleanup", "verify", "cleanup2", "restore"):
+            r = getattr(sc, key)
+            doc[key] = r.__dict__ if r else None
+        for key in ("after", "after2", "restored"):
+            s = getattr(sc, key)
+            doc[key] = s.__dict__ if s else None
+        save_json(d / f"scenario-{name}.json", doc)
+    for log in run.logs:
+        target = d / log.name
+        target.write_bytes(log.read_bytes())

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.realkp import state as st
 from tests.realkp.node import NodeNet, kube_proxy_binary, save_json
-from tests.realkp.pipeline import AgentRun, NodeRun, Scenario, run_node
+from tests.realkp.pipeline import AgentRun, NodeRun, Scenario, record, run_node
 
 pytestmark = pytest.mark.realkp
 
@@ -57,44 +57,9 @@ def runs(
     binary = kube_proxy_binary(request.config.getoption("--kube-proxy"), work)
     with ThreadPoolExecutor(len(NODES)) as pool:
         done = list(pool.map(lambda n: run_node(n, binary, work, sctp), NODES))
-    out = _out_dir()
     for run in done:
-        _record(run, out)
+        record(run, _out_dir())
     return {r.net.ns: r for r in done}
-
-
-def _record(run: NodeRun, out: Path) -> None:
-    """Everything observed, for the report and for tests/data (kube-proxy's endpoints)."""
-    d = out / run.net.ns
-    save_json(d / "timings.json", run.timings)
-    save_json(d / "endpoints.json", run.endpoints)
-    save_json(d / "error.json", run.error)
-    save_json(d / "kube-proxy-cleanup.json", run.kp_cleanup)
-    save_json(d / "watch.json", run.watch)
-    for name, s in run.states.items():
-        save_json(d / f"state-{name}.json", s.__dict__)
-    for name, sc in run.scenarios.items():
-        doc: dict[str, Any] = {
-            "before": sc.before.__dict__,
-            "made_ipvs": sorted(sc.made_ipvs),
-            "made_iptables": sorted(sc.made_iptables),
-            "healthz": sc.healthz,
-            "probes_before": sc.probes_before,
-            "probes_after": sc.probes_after,
-            "textfile": sc.textfile,
-            "kube_proxy_alive": sc.kube_proxy_alive,
-            "rewritten": sorted(sc.rewritten),
-        }
-        for key in ("audit", "cleanup", "verify", "cleanup2", "restore"):
-            r = getattr(sc, key)
-            doc[key] = r.__dict__ if r else None
-        for key in ("after", "after2", "restored"):
-            s = getattr(sc, key)
-            doc[key] = s.__dict__ if s else None
-        save_json(d / f"scenario-{name}.json", doc)
-    for log in run.logs:
-        target = d / log.name
-        target.write_bytes(log.read_bytes())
 
 
 def _load(net: NodeNet, out: Path) -> NodeRun:
