@@ -13,8 +13,8 @@ import hashlib
 from typing import Protocol
 
 from lab import names as n
-from lab.model import Family, Node, Port, Service, family_of
-from lab.state import is_local_endpoint
+from lab.model import Family, Node, Port, Service, family_of, in_cidrs
+from lab.state import is_local_endpoint, node_addresses
 
 
 class Table(Protocol):
@@ -84,6 +84,16 @@ def write(tables: dict[str, Table], node: Node, family: Family) -> None:
         same = f'-I {builtin} -m comment --comment "{comment}" -j {target}'
         if rule not in tables[table].rules and same not in tables[table].rules:
             tables[table].rules.append(rule)
+    # iptablesKubeletJumpChains: kubelet's KUBE-FIREWALL with INPUT/OUTPUT jumps, in both
+    # families, ensured after the jumps above (so first in the chain); the localnet DROP rule
+    # only for IPv4 (localhostNodePorts).
+    flt.chain(n.KUBELET_FIREWALL)
+    for builtin in ("INPUT", "OUTPUT"):
+        jump = f"-I {builtin} -j {n.KUBELET_FIREWALL}"
+        if jump not in flt.rules:
+            flt.rules.append(jump)
+    if family == "ipv4" and f"-A {n.KUBELET_FIREWALL} {n.KUBELET_MARTIAN_RULE}" not in flt.rules:
+        flt.rules.append(f"-A {n.KUBELET_FIREWALL} {n.KUBELET_MARTIAN_RULE}")
 
 
 def _service_port(
@@ -94,7 +104,11 @@ def _service_port(
         return
     proto = port.protocol.lower()
     spn = f"{svc.namespace}/{svc.name}:{port.name}" if port.name else f"{svc.namespace}/{svc.name}"
-    eps = [e for e in svc.endpoints if family_of(e) == family]
+    # kube-proxy orders endpoints by their "ip:port" string (IPv6 "[...]:port" included)
+    eps = sorted(
+        (e for e in svc.endpoints if family_of(e) == family),
+        key=lambda e: _dest(e, port.backend_port),
+    )
     local_eps = [e for e in eps if is_local_endpoint(node, e)]
     base = _hash(spn, proto)
     svc_chain, ext_chain = f"KUBE-SVC-{base}", f"KUBE-EXT-{base}"
@@ -123,11 +137,19 @@ def _service_port(
             f'-m comment --comment "{spn} cluster IP" -m {proto} --dport {port.port} '
             f"-j {n.MARK_MASQ}"
         )
-    _endpoint_jumps(nat, svc_chain, spn, [(e, sep[e]) for e in eps], port.backend_port)
+    affinity = svc.session_affinity_seconds
+    _endpoint_jumps(
+        nat, svc_chain, spn, [(e, sep[e]) for e in eps], port.backend_port, affinity, family
+    )
     for e, chain in sep.items():
+        recent = (
+            f"-m recent --set --name {chain} --mask {_recent_mask(family)} --rsource "
+            if affinity is not None
+            else ""
+        )
         nat.rules += [
             f'-A {chain} -s {_host(e)} -m comment --comment "{spn}" -j {n.MARK_MASQ}',
-            f'-A {chain} -p {proto} -m comment --comment "{spn}" -m {proto} '
+            f'-A {chain} -p {proto} -m comment --comment "{spn}" {recent}-m {proto} '
             f"-j DNAT --to-destination {_dest(e, port.backend_port)}",
         ]
     if not external:
@@ -135,7 +157,15 @@ def _service_port(
     nat.chain(ext_chain)
     if svc.local:
         nat.chain(local_chain)
-        _endpoint_jumps(nat, local_chain, spn, [(e, sep[e]) for e in local_eps], port.backend_port)
+        _endpoint_jumps(
+            nat,
+            local_chain,
+            spn,
+            [(e, sep[e]) for e in local_eps],
+            port.backend_port,
+            affinity,
+            family,
+        )
         nat.rules += [
             f'-A {ext_chain} -s {pod_cidr} -m comment --comment "pod traffic for {spn} '
             f'external destinations" -j {svc_chain}',
@@ -172,6 +202,16 @@ def _service_port(
                 f'-A {fw_chain} -s {r} -m comment --comment "{spn} loadbalancer IP" -j {ext_chain}'
                 for r in ranges
             ]
+            # allowFromNode: a range that holds the node IP also admits the LB IPs as sources
+            # (a VIP bound locally loops back with itself as source)
+            node_ip = next(iter(node_addresses(node, family)), None)
+            if node_ip and in_cidrs(node_ip, tuple(ranges)):
+                nat.rules += [
+                    f"-A {fw_chain} -s {_host(v)} -m comment --comment "
+                    f'"{spn} loadbalancer IP" -j {ext_chain}'
+                    for v in svc.lb_ips
+                    if family_of(v) == family
+                ]
             nat.rules.append(
                 f'-A {fw_chain} -m comment --comment "other traffic to {spn} will be dropped '
                 'by KUBE-PROXY-FIREWALL"'
@@ -193,9 +233,27 @@ def _service_port(
         )
 
 
+def _recent_mask(family: str) -> str:
+    return "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" if family == "ipv6" else "255.255.255.255"
+
+
 def _endpoint_jumps(
-    nat: Table, chain: str, spn: str, eps: list[tuple[str, str]], target_port: int
+    nat: Table,
+    chain: str,
+    spn: str,
+    eps: list[tuple[str, str]],
+    target_port: int,
+    affinity: int | None = None,
+    family: str = "ipv4",
 ) -> None:
+    if affinity is not None:
+        # sessionAffinity ClientIP: a client seen recently goes back to its endpoint first
+        nat.rules += [
+            f'-A {chain} -m comment --comment "{spn} -> {_dest(ip, target_port)}" '
+            f"-m recent --rcheck --seconds {affinity} --reap --name {sep} "
+            f"--mask {_recent_mask(family)} --rsource -j {sep}"
+            for ip, sep in eps
+        ]
     for i, (ip, sep) in enumerate(eps):
         left = len(eps) - i
         prob = f"-m statistic --mode random --probability {1 / left:.10f} " if left > 1 else ""

@@ -125,7 +125,24 @@ def differences(
             for c, rules in s1["iptables"].get(where, {}).items()
             if (c not in before and c.startswith("KUBE-")) or c in st.BUILTIN
         }
-        lab = lab_ipt.get(where, {})
+        lab = {
+            c: [r for r in rules if r not in before.get(c, [])]
+            for c, rules in lab_ipt.get(where, {}).items()
+            if c not in before or c in st.BUILTIN
+        }
+        if iptables_mode:
+            # The tier passes --nodeport-addresses=<node IP>: kube-proxy then jumps to
+            # KUBE-NODEPORTS per address instead of by addrtype LOCAL (the lab's default).
+            nodeports = "this must be the last rule in this chain"
+            for side in (real, lab):
+                side["KUBE-SERVICES"] = [
+                    r for r in side.get("KUBE-SERVICES", []) if nodeports not in r
+                ]
+            # ... and writes these chains in Go map order: any order is real
+            for c in ("KUBE-SERVICES", "KUBE-NODEPORTS"):
+                for side in (real, lab):
+                    if c in side:
+                        side[c] = sorted(side[c])
         for chain in sorted(set(real) | set(lab)):
             if real.get(chain, []) != lab.get(chain, []):
                 out.append(f"{where} {chain}: real {real.get(chain)} lab {lab.get(chain)}")
