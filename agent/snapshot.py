@@ -35,6 +35,10 @@ class IpvsDest:
     active_conns: int = 0
     inactive_conns: int = 0
     persist_conns: int = 0
+    # tunnel forwarding only (IPVS_DEST_ATTR_TUN_*): ipip=0 | gue=1 | gre=2, its UDP port, flags
+    tun_type: int = 0
+    tun_port: int = 0
+    tun_flags: int = 0
 
 
 class LazyDests(Sequence[IpvsDest]):
@@ -92,6 +96,10 @@ class IpvsService:
     flags: int
     timeout: int
     dests: Sequence[IpvsDest] = ()
+    # persistence granularity: an IPv4 mask as the kernel sends it (network order read as a
+    # native u32), or an IPv6 prefix length; and the persistence engine (`--pe sip`)
+    netmask: int = 0xFFFFFFFF
+    pe_name: str = ""
 
     @property
     def key(self) -> str:

@@ -7,7 +7,7 @@ in network byte order.
 from __future__ import annotations
 
 import errno
-import ipaddress
+import socket
 import struct
 from collections.abc import Collection
 
@@ -33,8 +33,19 @@ def _addr(view: memoryview | None) -> str | None:
     if view is None:
         return None
     a = attrs(view)
-    raw = a.get(IPADDR_IPV4) or a.get(IPADDR_IPV6)
-    return None if raw is None else str(ipaddress.ip_address(bytes(raw)))
+    raw = a.get(IPADDR_IPV4)
+    if raw is not None:
+        return socket.inet_ntop(socket.AF_INET, raw)
+    raw = a.get(IPADDR_IPV6)
+    # inet_ntop, as ipset prints them (ipaddress spells ::ffff:a.b.c.d differently)
+    return None if raw is None else socket.inet_ntop(socket.AF_INET6, raw)
+
+
+def _with_prefix(ip: str, cidr: memoryview | None) -> str:
+    """`ip/len`, or just `ip` for a host prefix (/32, /128 for IPv6), as ipset prints it."""
+    if cidr is None or cidr[0] == (128 if ":" in ip else 32):
+        return ip
+    return f"{ip}/{cidr[0]}"
 
 
 def format_entry(data: memoryview) -> str:
@@ -44,7 +55,7 @@ def format_entry(data: memoryview) -> str:
     ip = _addr(a.get(IP))
     cidr = a.get(CIDR)
     if ip is not None:
-        parts.append(f"{ip}/{cidr[0]}" if cidr is not None and cidr[0] not in (32, 128) else ip)
+        parts.append(_with_prefix(ip, cidr))
     port = _be(a.get(PORT), "!H")
     if port is not None:
         port_to = _be(a.get(PORT_TO), "!H")
@@ -55,8 +66,7 @@ def format_entry(data: memoryview) -> str:
         )
     ip2 = _addr(a.get(IP2))
     if ip2 is not None:
-        cidr2 = a.get(CIDR2)
-        parts.append(f"{ip2}/{cidr2[0]}" if cidr2 is not None else ip2)
+        parts.append(_with_prefix(ip2, a.get(CIDR2)))
     return ",".join(parts)
 
 

@@ -25,6 +25,9 @@ from agent.ipvs_wire import (
     DEST_INACT,
     DEST_PERSIST,
     DEST_PORT,
+    DEST_TUN_FLAGS,
+    DEST_TUN_PORT,
+    DEST_TUN_TYPE,
     DEST_WEIGHT,
     GENL_VERSION,
     PROTOCOLS,
@@ -32,6 +35,8 @@ from agent.ipvs_wire import (
     SVC_AF,
     SVC_FLAGS,
     SVC_FWMARK,
+    SVC_NETMASK,
+    SVC_PE_NAME,
     SVC_PORT,
     SVC_PROTOCOL,
     SVC_SCHED,
@@ -45,6 +50,9 @@ from agent.snapshot import IpvsDest, IpvsService, LazyDests, Reading
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
 _FWD_MASK = 0x7
+# What the kernel means when it sends no netmask: one client address per persistence entry.
+_ALL = 0xFFFFFFFF
+_DEFAULT_MASK: dict[int, int] = {socket.AF_INET: _ALL, socket.AF_INET6: 128}
 
 
 def _u(view: memoryview | None, fmt: str = "=I") -> int:
@@ -77,6 +85,8 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
         scheduler=sched,
         flags=_u(flags),
         timeout=_u(svc.get(SVC_TIMEOUT)),
+        netmask=_u(svc[SVC_NETMASK]) if SVC_NETMASK in svc else _DEFAULT_MASK.get(af, _ALL),
+        pe_name=nul_text(svc.get(SVC_PE_NAME)),
     )
     return service, service_key(service)
 
@@ -93,6 +103,9 @@ def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
         active_conns=_u(d.get(DEST_ACTIVE)),
         inactive_conns=_u(d.get(DEST_INACT)),
         persist_conns=_u(d.get(DEST_PERSIST)),
+        tun_type=_u(d.get(DEST_TUN_TYPE), "=B"),
+        tun_port=_u(d.get(DEST_TUN_PORT), "!H"),
+        tun_flags=_u(d.get(DEST_TUN_FLAGS), "=H"),
     )
 
 
