@@ -48,6 +48,7 @@ class Result:
     remaining: int = 0
     bundle: Path | None = None
     finished_at: float = 0.0
+    window: float = 0.0  # seconds from the first change to the last
 
     def removed_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -128,7 +129,11 @@ def apply(
             detail = f": {o.detail}" if o.detail else ""
             say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
 
+        started = time.monotonic()
         outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
+        window = time.monotonic() - started
+    # How long the node was half-cleaned: from the first change to the last.
+    say(f"changes: first to last in {window:.3f}s")
     remaining = collect().classification.leftovers
     say(f"after: {len(remaining)} ipvs-mode objects remain")
     for k in plan.kept:
@@ -140,4 +145,4 @@ def apply(
         code = exitcodes.ERROR
     else:
         code = exitcodes.REMAINS if remaining else exitcodes.OK
-    return Result(code, plan, outcomes, len(remaining), bundle, time.time())
+    return Result(code, plan, outcomes, len(remaining), bundle, time.time(), window)

@@ -105,3 +105,30 @@ def test_printed_rules_equal_ipvsadm_save_and_restore_back(
     _ipvsadm(ns, "-C")
     _ipvsadm(ns, "-R", stdin=p.stdout)
     assert _ipvsadm(ns, "-S", "-n") == want
+
+
+DELETE = """
+import sys
+from agent.executor import execute
+from agent.plan import Step
+from agent.readers import ipvs
+services = sorted(ipvs.read().data, key=lambda s: s.port)
+doomed = services[:200] + services[:1]  # the repeated one is gone by then
+steps = tuple(Step(1, "delete-ipvs-service", s.key, (), service=s) for s in doomed)
+print(" ".join(o.result for o in execute(steps, lambda o: None)))
+"""
+
+
+def test_batched_deletions_answer_each_service_and_touch_no_other(
+    netns: Callable[[], str],
+) -> None:
+    subprocess.run(["modprobe", "-a", *MODULES], check=True)
+    ns = netns()
+    _ipvsadm(ns, "-R", stdin="".join(f"-A -t 10.96.0.1:{p} -s rr\n" for p in range(1, 301)))
+    p = subprocess.run(
+        build.in_ns(ns, sys.executable, "-c", DELETE), capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["done"] * 200 + ["gone"]
+    left = _ipvsadm(ns, "-S", "-n").splitlines()
+    assert left == [f"-A -t 10.96.0.1:{p} -s rr" for p in range(201, 301)]
