@@ -109,11 +109,25 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     }
 
 
+def plan_json(plan: Plan) -> str:
+    """plan_document as JSON, one step per line: json's C encoder writes each line (indent=2
+    runs the pure-Python encoder: 3.5 s of a 10,000-Service cleanup in the VM)."""
+    doc = plan_document(plan)
+    parts = []
+    for key, value in doc.items():
+        if isinstance(value, list):
+            rows = ",\n".join(f"    {json.dumps(v)}" for v in value)
+            parts.append(f"  {json.dumps(key)}: [\n{rows}\n  ]" if value else f'  "{key}": []')
+        else:
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT) -> Path:
     """Write the bundle; raises OSError or tools.ToolError, before anything has changed."""
     folder = base / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=False, mode=0o700)
-    (folder / "plan.json").write_text(json.dumps(plan_document(plan), indent=2) + "\n")
+    (folder / "plan.json").write_text(plan_json(plan))
 
     services = [s.service for s in plan.steps if s.service is not None]
     if services:

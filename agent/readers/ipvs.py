@@ -7,7 +7,6 @@ seconds. The attribute numbers are the kernel's (include/uapi/linux/ip_vs.h).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import functools
 import socket
@@ -123,13 +122,15 @@ def _read() -> tuple[IpvsService, ...]:
             parse_service(p)
             for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")
         ]
-        out = []
+        decode = {
+            4: functools.partial(parse_dest, service_family=socket.AF_INET),
+            6: functools.partial(parse_dest, service_family=socket.AF_INET6),
+        }
         for svc, key in found:
-            af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
             raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
-            dests = LazyDests(raw, functools.partial(parse_dest, service_family=af))
-            out.append(dataclasses.replace(svc, dests=dests))
-    return tuple(out)
+            # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
+            object.__setattr__(svc, "dests", LazyDests(raw, decode[svc.family]))
+    return tuple(svc for svc, _ in found)
 
 
 def read() -> Reading[tuple[IpvsService, ...]]:

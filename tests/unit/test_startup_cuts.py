@@ -1,0 +1,46 @@
+"""Cold-start cuts of the one-shot commands: what they import, and the JSON they write."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from agent.backup import plan_document, plan_json
+from agent.plan import Kept, Plan, Step
+from agent.readers.kube_proxy import parse_samples
+
+
+def test_the_audit_path_and_its_metrics_parser_import_no_prometheus_client_or_pyroute2() -> None:
+    code = (
+        "import sys, agent.cli, agent.collect, agent.classify, agent.report, agent.backup, "
+        "agent.cleanup, agent.executor; "
+        "from agent.readers.kube_proxy import parse_metrics; "
+        "parse_metrics(b'kubeproxy_sync_proxy_rules_last_timestamp_seconds 1\\n'); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'prometheus_client', 'pyroute2'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_metrics_samples_with_escaped_labels_timestamps_and_special_values() -> None:
+    text = (
+        '# HELP x y\na{x="1\\"}2",y="z\\\\n"} 3 1700000000000\nb 1e3\nc{} NaN\nd{le="+Inf"} +Inf\n'
+    )
+    got = [(s.name, s.labels, s.value) for s in parse_samples(text)]
+    assert got[0] == ("a", {"x": '1"}2', "y": "z\\n"}, 3.0)
+    assert got[1] == ("b", {}, 1000.0)
+    assert got[2][0] == "c" and got[2][2] != got[2][2]  # NaN
+    assert got[3] == ("d", {"le": "+Inf"}, float("inf"))
+
+
+def test_plan_json_is_the_plan_document_one_step_a_line() -> None:
+    plan = Plan(
+        steps=(Step(1, "delete-ipvs-service", "TCP 10.96.0.1:443", ("a", "b")),),
+        kept=(Kept("ipset", "KUBE-X", "in use"),),
+    )
+    text = plan_json(plan)
+    assert json.loads(text) == plan_document(plan)
+    assert text.splitlines()[3].strip().startswith('{"phase": 1')
+    empty = Plan(steps=(), kept=())
+    assert json.loads(plan_json(empty)) == plan_document(empty)
