@@ -44,3 +44,29 @@ def test_plan_json_is_the_plan_document_one_step_a_line() -> None:
     assert text.splitlines()[3].strip().startswith('{"phase": 1')
     empty = Plan(steps=(), kept=())
     assert json.loads(plan_json(empty)) == plan_document(empty)
+
+
+def test_node_address_filter_agrees_with_ipaddress() -> None:
+    import ipaddress
+    import socket
+
+    from agent.readers.links import _loopback_or_link_local
+
+    for text in (
+        "127.0.0.1",
+        "127.9.9.9",
+        "169.254.1.1",
+        "169.255.0.1",
+        "10.0.0.1",
+        "::1",
+        "fe80::1",
+        "febf::1",
+        "fec0::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",
+        "::",
+    ):
+        ip = ipaddress.ip_address(text)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        got = _loopback_or_link_local(family, memoryview(ip.packed))
+        assert got == (ip.is_loopback or ip.is_link_local), text
