@@ -85,6 +85,50 @@ class LazyDests(Sequence[IpvsDest]):
         return repr(self._all())
 
 
+class CountedDests(Sequence[IpvsDest]):
+    """Real servers known by their number only, fetched from the kernel on first look.
+
+    The IPVS reader counts each virtual server's real servers in /proc/net/ip_vs, one read
+    of the whole table (node_exporter's source), instead of one netlink dump per virtual
+    server: the scrape and the counts need only the number. Whatever needs the servers
+    themselves (the backup bundle, the report's detail) makes the dump then; from then on
+    the length is that of what it got.
+    """
+
+    __slots__ = ("_count", "_fetch", "_decoded")
+
+    def __init__(self, count: int, fetch: Callable[[], tuple[IpvsDest, ...]]) -> None:
+        self._count = count
+        self._fetch = fetch
+        self._decoded: tuple[IpvsDest, ...] | None = None
+
+    def _all(self) -> tuple[IpvsDest, ...]:
+        if self._decoded is None:
+            self._decoded = self._fetch()
+        return self._decoded
+
+    def __len__(self) -> int:
+        return len(self._decoded) if self._decoded is not None else self._count
+
+    @overload
+    def __getitem__(self, i: int) -> IpvsDest: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[IpvsDest]: ...
+    def __getitem__(self, i: int | slice) -> IpvsDest | Sequence[IpvsDest]:
+        return self._all()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
 @dataclass(frozen=True)
 class IpvsService:
     family: int  # 4 or 6

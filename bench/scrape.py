@@ -71,9 +71,8 @@ def main() -> int:
         if not ok or not backends:
             print(f"node_exporter's ipvs collector failed: {text[-800:]}", file=sys.stderr)
             return 1
-        print(
-            json.dumps({"first": first, "timed": timed, "bytes": len(body), "backends": backends})
-        )
+        doc = {"first": first, "timed": timed, "bytes": len(body), "backends": backends}
+        print(json.dumps({**doc, "cpu_per_scrape": cpu}))
         return 0
     down = [
         line

@@ -1,8 +1,10 @@
 """IPVS virtual servers and their real servers, over generic netlink.
 
-Read with agent.netlink (one dump of services, then one destination dump per service, as
-ipvsadm does): with pyroute2 the per-request cost alone made a 10,000-Service node take
-seconds. The attribute numbers are the kernel's (include/uapi/linux/ip_vs.h).
+Read with agent.netlink: one dump of the services, and their real servers counted in
+/proc/net/ip_vs (one read of the whole table, as node_exporter does) and dumped per service
+only when something looks at them (CountedDests). A service /proc does not show is dumped
+right away, as ipvsadm does. With pyroute2 the per-request cost alone made a 10,000-Service
+node take seconds. The attribute numbers are the kernel's (include/uapi/linux/ip_vs.h).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import errno
 import functools
 import socket
 import struct
+from collections.abc import Sequence
+from pathlib import Path
 
 from agent.ipvs_wire import (
     ATTR_DEST,
@@ -45,7 +49,7 @@ from agent.ipvs_wire import (
 from agent.kernel import Presence, presence
 from agent.netlink import GenericNetlink, NetlinkError, attrs, nul_text
 from agent.readers._timing import Absent, timed
-from agent.snapshot import IpvsDest, IpvsService, LazyDests, Reading
+from agent.snapshot import CountedDests, IpvsDest, IpvsService, LazyDests, Reading
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
 _FWD_MASK = 0x7
@@ -108,6 +112,68 @@ def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
     )
 
 
+PROC_IPVS = Path("/proc/net/ip_vs")
+ProcKey = tuple[str, str, int] | tuple[str, int]
+
+
+def proc_dest_counts(text: str) -> dict[ProcKey, int]:
+    """Real servers per virtual server in /proc/net/ip_vs (ip_vs_info_seq_show): keyed by
+    (protocol, address, port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6
+    fwmark service with one mark) is left out: the caller asks netlink for those."""
+    counts: dict[ProcKey, int] = {}
+    twice: set[ProcKey] = set()
+    current: ProcKey | None = None
+    for line in text.splitlines()[3:]:  # version, and two header lines
+        if line.startswith("  ->"):
+            if current is not None:
+                counts[current] += 1
+            continue
+        words = line.split()
+        if len(words) < 2:
+            current = None
+            continue
+        if words[0] == "FWM":
+            current = ("FWM", int(words[1], 16))
+        else:
+            host, _, port = words[1].rpartition(":")
+            if host.startswith("["):
+                raw = socket.inet_pton(socket.AF_INET6, host[1:-1])
+                address = socket.inet_ntop(socket.AF_INET6, raw)
+            else:
+                address = socket.inet_ntop(socket.AF_INET, bytes.fromhex(host))
+            current = (words[0], address, int(port, 16))
+        if current in counts:
+            twice.add(current)
+        counts[current] = 0
+    for key in twice:
+        del counts[key]
+    return counts
+
+
+def _proc_key(svc: IpvsService) -> ProcKey:
+    if svc.fwmark:
+        return ("FWM", svc.fwmark)
+    return (svc.protocol, str(svc.address), svc.port or 0)
+
+
+class _DestFetcher:
+    """One socket for the real-server dumps made on demand (CountedDests)."""
+
+    def __init__(self) -> None:
+        self._genl: GenericNetlink | None = None
+
+    def fetch(self, key: bytes, family: int) -> tuple[IpvsDest, ...]:
+        if self._genl is None:
+            self._genl = GenericNetlink("IPVS")
+        decode = functools.partial(parse_dest, service_family=family)
+        dump = self._genl.request(self._genl.family_id, CMD_GET_DEST, GENL_VERSION, key)
+        return tuple(decode(p) for p in dump)
+
+    def __del__(self) -> None:
+        if self._genl is not None:
+            self._genl.close()
+
+
 def _read() -> tuple[IpvsService, ...]:
     if presence("ip_vs") is Presence.ABSENT:
         raise Absent("ip_vs module not loaded")
@@ -126,10 +192,22 @@ def _read() -> tuple[IpvsService, ...]:
             4: functools.partial(parse_dest, service_family=socket.AF_INET),
             6: functools.partial(parse_dest, service_family=socket.AF_INET6),
         }
+        try:  # read after the service dump: a service added in between is dumped below
+            counts = proc_dest_counts(PROC_IPVS.read_text())
+        except (OSError, ValueError):
+            counts = {}
+        fetcher = _DestFetcher()
         for svc, key in found:
-            raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
+            count = counts.get(_proc_key(svc))
+            dests: Sequence[IpvsDest]
+            if count is not None:
+                af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
+                dests = CountedDests(count, functools.partial(fetcher.fetch, key, af))
+            else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
+                raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
+                dests = LazyDests(raw, decode[svc.family])
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
-            object.__setattr__(svc, "dests", LazyDests(raw, decode[svc.family]))
+            object.__setattr__(svc, "dests", dests)
     return tuple(svc for svc, _ in found)
 
 

@@ -63,13 +63,25 @@ def _wrapping_services(n: int) -> str:
 
 PRINT = """\
 import sys
+from agent import netlink
 from agent.backup import ipvsadm_rules
+from agent.ipvs_wire import CMD_GET_DEST
 from agent.ipvsadm_save import supported
 from agent.readers import ipvs
+dumps = []
+request = netlink.GenericNetlink.request
+def counting(self, msg_type, cmd, version, body, dump=True):
+    dumps.append(cmd)
+    return request(self, msg_type, cmd, version, body, dump)
+netlink.GenericNetlink.request = counting
 services = ipvs.read().data
+# the read counts real servers in /proc/net/ip_vs: not one destination dump
+assert dumps.count(CMD_GET_DEST) == 0, dumps.count(CMD_GET_DEST)
 unsupported = [s.key for s in services if not supported(s)]
 assert not unsupported, unsupported
 sys.stdout.write(ipvsadm_rules(list(services)))
+# the bundle dumps each service's real servers once
+assert dumps.count(CMD_GET_DEST) == len(services), (dumps.count(CMD_GET_DEST), len(services))
 """
 
 
