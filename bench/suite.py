@@ -522,8 +522,11 @@ def main() -> int:
     ap.add_argument("--command", default="bench/run", help="recorded in results.md")
     ap.add_argument("--meta", default="{}", help="JSON recorded in results.json (host facts)")
     ap.add_argument("--kube-proxy", default="", help="a kube-proxy binary: time --cleanup")
+    ap.add_argument("--agent", default=AGENT, help="the ipvs-leftovers command timed")
     ap.add_argument("--node-exporter", default="/usr/bin/prometheus-node-exporter")
     args = ap.parse_args()
+    global AGENT  # the installed copy bench/run made (what a user runs), else this checkout's
+    AGENT = args.agent
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.profile_at not in sizes:
         args.profile_at = max((s for s in sizes if s <= args.profile_at), default=sizes[-1])
