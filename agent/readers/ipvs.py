@@ -73,13 +73,19 @@ def _ip(view: memoryview | None, family: int) -> str | None:
 
 def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
     """A service from one IPVS_CMD_NEW_SERVICE answer, and the key to ask for its dests."""
+    service = service_of(payload)
+    return service, service_key(service)
+
+
+def service_of(payload: memoryview) -> IpvsService:
+    """A service from one IPVS_CMD_NEW_SERVICE answer (its key is made when a dump needs it)."""
     svc = attrs(attrs(payload, 4)[ATTR_SERVICE])
     af = _u(svc.get(SVC_AF), "=H")
     fwmark = _u(svc.get(SVC_FWMARK))
     proto = _u(svc.get(SVC_PROTOCOL), "=H")
     flags = svc.get(SVC_FLAGS)
     sched = nul_text(svc.get(SVC_SCHED))
-    service = IpvsService(
+    return IpvsService(
         family=6 if af == socket.AF_INET6 else 4,
         protocol="FWM" if fwmark else PROTOCOLS.get(proto, str(proto)),
         address=None if fwmark else _ip(svc.get(SVC_ADDR), af),
@@ -91,7 +97,6 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
         netmask=_u(svc[SVC_NETMASK]) if SVC_NETMASK in svc else _DEFAULT_MASK.get(af, _ALL),
         pe_name=nul_text(svc.get(SVC_PE_NAME)),
     )
-    return service, service_key(service)
 
 
 def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
@@ -162,10 +167,12 @@ class _DestFetcher:
     def __init__(self) -> None:
         self._genl: GenericNetlink | None = None
 
-    def fetch(self, key: bytes, family: int) -> tuple[IpvsDest, ...]:
+    def fetch(self, svc: IpvsService) -> tuple[IpvsDest, ...]:
         if self._genl is None:
             self._genl = GenericNetlink("IPVS")
+        family = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
         decode = functools.partial(parse_dest, service_family=family)
+        key = service_key(svc)
         dump = self._genl.request(self._genl.family_id, CMD_GET_DEST, GENL_VERSION, key)
         return tuple(decode(p) for p in dump)
 
@@ -185,8 +192,7 @@ def _read() -> tuple[IpvsService, ...]:
         raise
     with genl:
         found = [
-            parse_service(p)
-            for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")
+            service_of(p) for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")
         ]
         decode = {
             4: functools.partial(parse_dest, service_family=socket.AF_INET),
@@ -197,18 +203,18 @@ def _read() -> tuple[IpvsService, ...]:
         except (OSError, ValueError):
             counts = {}
         fetcher = _DestFetcher()
-        for svc, key in found:
+        for svc in found:
             count = counts.get(_proc_key(svc))
             dests: Sequence[IpvsDest]
             if count is not None:
-                af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
-                dests = CountedDests(count, functools.partial(fetcher.fetch, key, af))
+                dests = CountedDests(count, functools.partial(fetcher.fetch, svc))
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
+                key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
                 dests = LazyDests(raw, decode[svc.family])
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
             object.__setattr__(svc, "dests", dests)
-    return tuple(svc for svc, _ in found)
+    return tuple(found)
 
 
 def read() -> Reading[tuple[IpvsService, ...]]:

@@ -70,3 +70,28 @@ def test_node_address_filter_agrees_with_ipaddress() -> None:
         family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
         got = _loopback_or_link_local(family, memoryview(ip.packed))
         assert got == (ip.is_loopback or ip.is_link_local), text
+
+
+def test_the_kube_proxy_client_imports_no_http_stack_and_reads_chunked_answers() -> None:
+    """A plain-socket GET: against a chunked HTTP/1.1 server (as Go's net/http answers an
+    unsized body) and a sized one, with no urllib, http.client or idna imported."""
+    code = """
+import socket, sys, threading
+from agent.readers.kube_proxy import _get
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
+answers = [
+    b"HTTP/1.1 200 OK\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n5;x=y\\r\\nhello\\r\\n6\\r\\n world\\r\\n0\\r\\n\\r\\n",
+    b"HTTP/1.1 503 Service Unavailable\\r\\nContent-Length: 4\\r\\n\\r\\nbusyXX",
+]
+def serve():
+    for a in answers:
+        c, _ = srv.accept(); c.recv(4096); c.sendall(a); c.close()
+threading.Thread(target=serve, daemon=True).start()
+url = f"http://127.0.0.1:{srv.getsockname()[1]}/metrics"
+print(_get(url, 5), _get(url, 5))
+print(sorted({"urllib.request", "http.client", "encodings.idna"} & set(sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "(200, b'hello world') (503, b'busy')"
+    assert second == "[]"
