@@ -65,7 +65,9 @@ class AutoCleanup:
         col = self.observe()
         now = time.time() if now is None else now
         self.streak.observe(col.classification.mode.nftables_confirmed, now)
-        if not (self.streak.ripe(now) and col.classification.stale):
+        c = col.classification
+        # ipvs-mode leftovers (stale) or iptables mode's: both go under the same gate
+        if not (self.streak.ripe(now) and c.mode.nftables_confirmed and c.removable):
             return
         log.info(
             "nftables mode confirmed for %.0fs and leftovers exist: cleaning up",

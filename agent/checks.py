@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from agent import names
 from agent.classify import (
+    KUBE_PROXY_CLASSES,
     Classification,
     Owner,
     RuleRef,
@@ -34,12 +35,6 @@ SCHEMA = 1
 NFTABLES_MIN_KERNEL = (5, 13)
 LIST_LIMIT = 20  # objects listed in one check's evidence
 
-# Chains kube-proxy's iptables mode makes (pkg/proxy/iptables). nftables mode's start removes
-# them along with the ipvs-mode ones, so their references to KUBE-* chains are kube-proxy's own.
-IPTABLES_MODE_CHAINS = frozenset(
-    {"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-CANARY"}
-)
-IPTABLES_MODE_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SVL-")
 ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
 
 
@@ -342,10 +337,9 @@ def check_conntrack_invalid(snap: Snapshot) -> Check:
 
 
 def _kube_proxy_chain(table: str, chain: str) -> bool:
-    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it."""
-    if chain_owner(table, chain)[0] is Owner.IPVS_LEFTOVER:
-        return True
-    return chain in IPTABLES_MODE_CHAINS or chain.startswith(IPTABLES_MODE_PREFIXES)
+    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it, so
+    its references to KUBE-* chains are kube-proxy's own."""
+    return chain_owner(table, chain)[0] in KUBE_PROXY_CLASSES
 
 
 def _key(t: IptTable) -> tuple[str, str, str]:
@@ -358,7 +352,8 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
     own_jumps = {
         (_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text)
         for f in c.findings
-        if isinstance(f.obj, RuleRef) and f.owner in (Owner.IPVS_LEFTOVER, Owner.KUBELET)
+        if isinstance(f.obj, RuleRef)
+        and (f.owner in KUBE_PROXY_CLASSES or f.owner is Owner.KUBELET)
     }
     out: list[str] = []
     tables: list[IptTable] = [*snap.iptables_legacy.data, *snap.iptables_nft.data]
@@ -376,7 +371,6 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
                     target.startswith("KUBE-")
                     and chain_owner(t.name, target)[0] is not Owner.KUBELET
                     and (_key(t), rule.chain, rule.text) not in own_jumps
-                    and not (chain.builtin and _iptables_mode_jump(t.name, target, rule.comment))
                 ):
                     why.append(f"jumps to {target}")
                 why += [f"matches set {s}" for s in rule.match_sets if s.startswith("KUBE-")]
@@ -384,15 +378,6 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
                     where = f"{t.backend}/{t.family}/{t.name}"
                     out.append(f"{where} -A {chain.name} {rule.text} ({'; '.join(why)})")
     return out
-
-
-def _iptables_mode_jump(table: str, target: str, comment: str | None) -> bool:
-    # iptables mode's own jumps from built-in chains carry a "kubernetes ..." comment
-    return (
-        comment is not None
-        and comment.startswith("kubernetes ")
-        and (target in IPTABLES_MODE_CHAINS or target.startswith(IPTABLES_MODE_PREFIXES))
-    )
 
 
 def check_foreign_references(snap: Snapshot, c: Classification) -> tuple[Check, int | None]:
@@ -560,7 +545,7 @@ def precheck(
 
 
 def _families(snap: Snapshot, c: Classification) -> list[str]:
-    return active_families(snap, any(is_ipv6(f) for f in c.leftovers))
+    return active_families(snap, any(is_ipv6(f) for f in c.removable))
 
 
 def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
@@ -593,10 +578,18 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
         if n in _KERNEL_SOURCES and r.status == "error"
     ]
     left = c.leftovers
-    if not left and not errors:
+    # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
+    ipt = c.iptables_leftovers
+    if not left and not ipt and not errors:
         return _check("no-leftovers", "pass", "no ipvs-mode object on the node")
     counts = Counter(f.kind for f in left)
     evidence = list(errors)
+    if ipt:
+        evidence.append(
+            f"{len(ipt)} iptables-mode object(s) remain: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(Counter(f.kind for f in ipt).items()))
+            + " (ipvs-leftovers cleanup removes them)"
+        )
     if left:
         evidence.append(
             f"{len(left)} ipvs-mode object(s) remain: "

@@ -32,6 +32,8 @@ class Owner(StrEnum):
     KUBELET = "kubelet"
     FOREIGN = "foreign"
     UNKNOWN_KUBE = "unknown-kube"
+    # created by kube-proxy's iptables mode on a node that ran it before or between (SPEC §4)
+    IPTABLES_LEFTOVER = "iptables-leftover"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,15 @@ class Classification:
     @property
     def leftovers(self) -> list[Finding]:
         return self.owned_by(Owner.IPVS_LEFTOVER)
+
+    @property
+    def iptables_leftovers(self) -> list[Finding]:
+        return self.owned_by(Owner.IPTABLES_LEFTOVER)
+
+    @property
+    def removable(self) -> list[Finding]:
+        """What cleanup removes: kube-proxy's objects of both modes it left (SPEC §4, §5)."""
+        return [f for f in self.findings if f.owner in KUBE_PROXY_CLASSES]
 
 
 # --- IPVS -----------------------------------------------------------------------------------
@@ -219,6 +230,9 @@ def classify_ipset(s: Ipset) -> Finding:
     if known is not None:
         types, family, old = known
         family_ok = s.family in (None, family)
+        if s.family == 6 and family == 4 and s.name in names.PLAIN_NAME_IPV6_OK:
+            # an IPv6-only node of a release before the KUBE-6- prefix
+            family, old, family_ok = 6, True, True
         if s.type in types and family_ok:
             why = f"kube-proxy ipvs-mode set {'of an older release ' if old else ''}"
             why += f"({s.type}, IPv{family})"
@@ -243,15 +257,32 @@ def classify_ipset(s: Ipset) -> Finding:
     return Finding(Owner.FOREIGN, "ipsets", "ipset", s.name, ("not a kube-proxy name",), s)
 
 
-def ipset_family(name: str) -> str:
-    return "ipv6" if name.startswith("KUBE-6-") else "ipv4"
+def ipset_family(s: Ipset) -> str:
+    """ipv6 for KUBE-6- names and for the plain-named inet6 sets of older releases."""
+    return "ipv6" if s.name.startswith("KUBE-6-") or s.family == 6 else "ipv4"
 
 
 # --- iptables -------------------------------------------------------------------------------
 
 
+def _iptables_mode_name(table: str, chain: str) -> bool:
+    return chain in names.IPTABLES_MODE_CHAINS.get(table, ()) or chain.startswith(
+        names.IPTABLES_MODE_PREFIXES.get(table, ("\0",))
+    )
+
+
+def _ipvs_mode_name(table: str, chain: str) -> bool:
+    return chain in names.IPVS_CHAINS.get(table, ()) or chain in names.OLD_IPVS_CHAINS.get(
+        table, ()
+    )
+
+
 def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
-    """Ownership of a (table, chain) pair; the backend and family never change it."""
+    """Ownership of a (table, chain) pair by name; the backend and family never change it.
+
+    A name both kube-proxy modes use in that table (nat KUBE-SERVICES, ...) is ipvs-leftover
+    here; `classify_iptables` decides such a shared chain by its rules (`shared_chain_owner`).
+    """
     if (table, chain) in names.KUBELET_CHAINS:
         return Owner.KUBELET, f"kubelet chain {table}/{chain}"
     if chain in names.IPVS_CHAINS.get(table, ()):
@@ -259,58 +290,128 @@ def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
     if chain in names.OLD_IPVS_CHAINS.get(table, ()):
         return Owner.IPVS_LEFTOVER, f"chain {table}/{chain} of an older ipvs-mode release"
     if chain in names.AMBIGUOUS_CHAINS.get(table, ()):
-        return Owner.UNKNOWN_KUBE, f"{table}/{chain}: old kubelet or old ipvs mode; never touched"
+        return (
+            Owner.UNKNOWN_KUBE,
+            f"{table}/{chain}: old kubelet, old ipvs or old iptables mode; never touched",
+        )
+    if _iptables_mode_name(table, chain):
+        return Owner.IPTABLES_LEFTOVER, f"kube-proxy iptables-mode chain {table}/{chain}"
     if chain.startswith("KUBE-"):
-        return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no ipvs-mode or kubelet chain"
+        return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no kube-proxy or kubelet chain"
     return Owner.FOREIGN, f"{table}/{chain} is not a Kubernetes chain"
+
+
+def _is_shared(table: str, chain: str) -> bool:
+    return chain in names.IPVS_CHAINS.get(table, ()) and chain in names.IPTABLES_MODE_CHAINS.get(
+        table, ()
+    )
+
+
+def _mode_of_rules(table: str, chain: IptChain) -> Owner | None:
+    """Which kube-proxy mode wrote `chain`'s rules, when they say so; None when both modes
+    write the same rules (KUBE-MARK-MASQ, KUBE-POSTROUTING, ...) or the chain is empty.
+
+    Each mode rewrites a whole chain on every sync (iptables-restore with the chain declared),
+    so a shared chain holds the rules of the mode that synced it last.
+    """
+    ipvs = iptables = False
+    for r in chain.rules:
+        target = r.target or ""
+        if any(s in names.IPVS_SETS for s in r.match_sets) or (
+            _ipvs_mode_name(table, target) and not _is_shared(table, target)
+        ):
+            ipvs = True
+        if (
+            (_iptables_mode_name(table, target) and not _is_shared(table, target))
+            or "KUBE-FW-" in (r.comment or "")  # "... traffic not accepted by KUBE-FW-..."
+            or (chain.name == "KUBE-FORWARD" and "--ctstate INVALID" in r.text)
+        ):
+            iptables = True
+    if ipvs:
+        return Owner.IPVS_LEFTOVER
+    return Owner.IPTABLES_LEFTOVER if iptables else None
+
+
+def shared_chain_owner(t: IptTable, chain: IptChain) -> tuple[Owner, str]:
+    """Owner of a chain name both modes use: its rules decide; rules both modes write decide
+    nothing, and then the other kube-proxy chains of the same table do (any ipvs-mode one makes
+    it ipvs-mode; iptables-mode ones alone make it iptables-mode). Either way it is a
+    kube-proxy leftover, removed by the same cleanup."""
+    where = f"{t.name}/{chain.name}"
+    by_rules = _mode_of_rules(t.name, chain)
+    if by_rules is Owner.IPVS_LEFTOVER:
+        return by_rules, f"kube-proxy chain {where} holding ipvs-mode rules"
+    if by_rules is Owner.IPTABLES_LEFTOVER:
+        return by_rules, f"kube-proxy chain {where} holding iptables-mode rules"
+    others = [c for c in t.chains if not c.builtin and c.name != chain.name]
+    if any(
+        (_ipvs_mode_name(t.name, c.name) and not _is_shared(t.name, c.name))
+        or (_is_shared(t.name, c.name) and _mode_of_rules(t.name, c) is Owner.IPVS_LEFTOVER)
+        for c in others
+    ):
+        return Owner.IPVS_LEFTOVER, f"kube-proxy ipvs-mode chain {where} (the table's mode)"
+    if any(
+        chain_owner(t.name, c.name)[0] is Owner.IPTABLES_LEFTOVER
+        or (_is_shared(t.name, c.name) and _mode_of_rules(t.name, c) is Owner.IPTABLES_LEFTOVER)
+        for c in others
+    ):
+        return Owner.IPTABLES_LEFTOVER, f"kube-proxy iptables-mode chain {where} (the table's mode)"
+    return Owner.IPVS_LEFTOVER, f"kube-proxy ipvs-mode chain {where}"
+
+
+def table_owners(t: IptTable) -> dict[str, tuple[Owner, str]]:
+    """Owner and why of every non-built-in chain of one table."""
+    return {
+        c.name: (
+            shared_chain_owner(t, c) if _is_shared(t.name, c.name) else chain_owner(t.name, c.name)
+        )
+        for c in t.chains
+        if not c.builtin
+    }
+
+
+KUBE_PROXY_CLASSES = frozenset({Owner.IPVS_LEFTOVER, Owner.IPTABLES_LEFTOVER})
 
 
 def _where(t: IptTable) -> str:
     return f"{t.backend}/{t.family}/{t.name}"
 
 
-def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
-    """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules."""
+def classify_rule(
+    t: IptTable, rule: IptRule, owners: dict[str, tuple[Owner, str]] | None = None
+) -> Finding | None:
+    """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules.
+
+    A jump kube-proxy writes (its comment, from that built-in chain to that target, in any
+    release or mode) belongs to its target's class and goes with it."""
     if rule.target is None or not rule.target.startswith("KUBE-"):
         return None
-    owner, _ = chain_owner(t.name, rule.target)
+    known = (owners or {}).get(rule.target)
+    owner = known[0] if known else chain_owner(t.name, rule.target)[0]
     name = f"{_where(t)} {rule.chain} -> {rule.target}"
-    if owner is Owner.IPVS_LEFTOVER:
+    source = f"iptables_{t.backend}"
+    if owner in KUBE_PROXY_CLASSES:
         key = (t.name, rule.chain, rule.target)
-        if rule.comment is not None and rule.comment == names.IPVS_JUMPS.get(key):
-            return Finding(
-                Owner.IPVS_LEFTOVER,
-                f"iptables_{t.backend}",
-                "jump-rule",
-                name,
-                (f"kube-proxy's jump, comment {rule.comment!r}",),
-                RuleRef(t, rule),
-            )
-        if rule.comment is not None and rule.comment == names.IPTABLES_MODE_JUMPS.get(key):
-            return Finding(
-                Owner.IPVS_LEFTOVER,
-                f"iptables_{t.backend}",
-                "jump-rule",
-                name,
-                (f"iptables-mode kube-proxy's jump into an ipvs-mode chain, {rule.comment!r}",),
-                RuleRef(t, rule),
-            )
+        if rule.comment is not None and rule.comment in names.KUBE_PROXY_JUMPS.get(key, ()):
+            mode = "ipvs-mode" if owner is Owner.IPVS_LEFTOVER else "iptables-mode"
+            why = f"kube-proxy's jump into {mode} chain {rule.target}, comment {rule.comment!r}"
+            return Finding(owner, source, "jump-rule", name, (why,), RuleRef(t, rule))
         # Someone else jumps into kube-proxy's chain: a foreign reference, never touched.
         return Finding(
             Owner.UNKNOWN_KUBE,
-            f"iptables_{t.backend}",
+            source,
             "jump-rule",
             name,
             (
-                f"jump into ipvs-mode chain {rule.target} with a comment kube-proxy never writes "
-                f"({rule.comment!r})",
+                f"jump into kube-proxy chain {rule.target} with a comment kube-proxy never "
+                f"writes there ({rule.comment!r})",
             ),
             RuleRef(t, rule),
         )
     if owner is Owner.KUBELET:
         return Finding(
             Owner.KUBELET,
-            f"iptables_{t.backend}",
+            source,
             "jump-rule",
             name,
             (f"jump into kubelet chain {rule.target}",),
@@ -318,27 +419,27 @@ def classify_rule(t: IptTable, rule: IptRule) -> Finding | None:
         )
     return Finding(
         Owner.UNKNOWN_KUBE,
-        f"iptables_{t.backend}",
+        source,
         "jump-rule",
         name,
-        (f"jump into {rule.target}, which is no ipvs-mode chain",),
+        (f"jump into {rule.target}, which is no kube-proxy chain",),
         RuleRef(t, rule),
     )
 
 
 def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
     for t in tables:
-        kinds = {c.name: chain_owner(t.name, c.name)[0] for c in t.chains}
+        owners = table_owners(t)
         for chain in t.chains:
             if chain.builtin:
                 for rule in chain.rules:
-                    jump = classify_rule(t, rule)
+                    jump = classify_rule(t, rule, owners)
                     if jump is not None:
                         yield jump
                 continue
-            owner, why = chain_owner(t.name, chain.name)
+            owner, why = owners[chain.name]
             evidence = [why]
-            refs = foreign_references(t, chain, kinds)
+            refs = foreign_references(t, chain, {n: o for n, (o, _) in owners.items()})
             evidence += [f"referenced by {r.chain}: {r.text}" for r in refs]
             yield Finding(
                 owner,
@@ -351,12 +452,19 @@ def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
 
 
 def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) -> list[IptRule]:
-    """Rules in non-built-in chains of another owner that jump into `chain`."""
-    own = kinds.get(chain.name)
+    """Rules in non-built-in chains of another owner that jump into `chain`.
+
+    kube-proxy's two modes are one owner here: an iptables-mode KUBE-SVC-* chain jumping to an
+    ipvs-mode KUBE-MARK-MASQ is kube-proxy referencing itself, and both go."""
+
+    def group(o: Owner | None) -> object:
+        return "kube-proxy" if o in KUBE_PROXY_CLASSES else o
+
+    own = group(kinds.get(chain.name))
     return [
         r
         for c in t.chains
-        if not c.builtin and kinds.get(c.name) is not own
+        if not c.builtin and group(kinds.get(c.name)) != own
         for r in c.rules
         if r.target == chain.name
     ]
@@ -537,14 +645,14 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classific
     if link is not None:
         findings.append(link)
     leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
-    v6 = any(is_ipv6(f) for f in leftovers)
+    v6 = any(is_ipv6(f) for f in findings if f.owner in KUBE_PROXY_CLASSES)
     mode = detect_mode(snap, now, max_sync_age, v6)
     return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
 
 
 def is_ipv6(f: Finding) -> bool:
-    if f.kind == "ipset":
-        return ipset_family(f.name) == "ipv6"
+    if isinstance(f.obj, Ipset):
+        return ipset_family(f.obj) == "ipv6"
     if f.kind == "ipvs-service":
         return isinstance(f.obj, IpvsService) and f.obj.family == 6
     return f.source.startswith("iptables") and "/ipv6/" in f.name

@@ -81,6 +81,53 @@ def plan_for(col: Collection, settings: Settings) -> Plan:
     return make_plan(col.snapshot, col.classification, settings.reset_arp_sysctls)
 
 
+def _locked(
+    collect: Callable[[], Collection],
+    settings: Settings,
+    col: Collection,
+    plan: Plan,
+    say: Callable[[str], None],
+    note: Callable[[str], None],
+) -> tuple[Path, list[Outcome], float]:
+    """Gate, backup, re-check and execute, under the lock; raises before any change. Also
+    returns how long the node was half-cleaned: from the first change to the last."""
+    refusal = gate_refusal(col)
+    if refusal:
+        raise Refused(refusal)
+    try:
+        bundle = write_bundle(settings.backup_dir, plan, settings.tool_timeout)
+    except OSError as exc:  # a read-only or missing folder: no change has been made yet
+        raise CleanupError(
+            f"cannot write the backup under {settings.backup_dir} ({lock.reason(exc)}); point "
+            "--backup-dir at a writable folder; nothing was changed"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - a tool failed; no change has been made yet
+        raise CleanupError(
+            f"cannot write the backup under {settings.backup_dir}: {exc}; nothing was changed"
+        ) from exc
+    say(f"backup: {bundle}")
+    if settings.pause_before_execute:
+        note("re-checking the gate")
+        time.sleep(settings.pause_before_execute)
+    again = collect()
+    refusal = gate_refusal(again)
+    if refusal:
+        raise Refused(refusal)
+    if plan_for(again, settings).fingerprint() != plan.fingerprint():
+        raise Refused(
+            "refused: the node changed while the plan was made; run cleanup "
+            "again (nothing was changed)"
+        )
+
+    def report(o: Outcome) -> None:
+        detail = f": {o.detail}" if o.detail else ""
+        say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
+
+    started = time.monotonic()
+    outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
+    return bundle, outcomes, time.monotonic() - started
+
+
 def apply(
     collect: Callable[[], Collection],
     settings: Settings,
@@ -93,49 +140,26 @@ def apply(
     say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
     for line in describe(plan):
         say(line)
-    with lock.exclusive(settings.lock_file) as held:
-        if not held:
-            raise Refused(
-                f"refused: another cleanup holds {settings.lock_file}; nothing was changed"
-            )
-        if plan.empty:
-            say("nothing to remove")
-            code = exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK
-            return Result(code, plan, finished_at=time.time())
-        refusal = gate_refusal(col)
-        if refusal:
-            raise Refused(refusal)
-        try:
-            bundle = write_bundle(settings.backup_dir, plan, settings.tool_timeout)
-        except Exception as exc:  # noqa: BLE001 - no change has been made yet
-            raise CleanupError(
-                f"cannot write the backup under {settings.backup_dir}: {exc}; nothing was changed"
-            ) from exc
-        say(f"backup: {bundle}")
-        if settings.pause_before_execute:
-            note("re-checking the gate")
-            time.sleep(settings.pause_before_execute)
-        again = collect()
-        refusal = gate_refusal(again)
-        if refusal:
-            raise Refused(refusal)
-        if plan_for(again, settings).fingerprint() != plan.fingerprint():
-            raise Refused(
-                "refused: the node changed while the plan was made; run cleanup "
-                "again (nothing was changed)"
-            )
-
-        def report(o: Outcome) -> None:
-            detail = f": {o.detail}" if o.detail else ""
-            say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
-
-        started = time.monotonic()
-        outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
-        window = time.monotonic() - started
-    # How long the node was half-cleaned: from the first change to the last.
+    try:
+        with lock.exclusive(settings.lock_file) as held:
+            if not held:
+                raise Refused(
+                    f"refused: another cleanup holds {settings.lock_file}; nothing was changed"
+                )
+            if plan.empty:
+                say("nothing to remove")
+                code = exitcodes.REMAINS if col.classification.removable else exitcodes.OK
+                return Result(code, plan, finished_at=time.time())
+            bundle, outcomes, window = _locked(collect, settings, col, plan, say, note)
+    except lock.LockError as exc:
+        raise CleanupError(f"{exc}; nothing was changed") from exc
     say(f"changes: first to last in {window:.3f}s")
-    remaining = collect().classification.leftovers
-    say(f"after: {len(remaining)} ipvs-mode objects remain")
+    after = collect().classification
+    remaining = after.removable
+    say(
+        f"after: {len(after.leftovers)} ipvs-mode objects remain, "
+        f"{len(after.iptables_leftovers)} iptables-mode objects remain"
+    )
     for k in plan.kept:
         say(f"  kept {k.kind} {k.name}: {k.reason}")
     for o in outcomes:

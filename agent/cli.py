@@ -197,7 +197,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default=":9437",
     show_default=True,
     callback=_listen,
-    help="[ADDR]:PORT to serve on; ADDR defaults to all addresses.",
+    help="[ADDR]:PORT to serve on; without ADDR, every address of both families (IPv4 only "
+    "when the kernel has no IPv6).",
 )
 @click.option(
     "--min-interval",
@@ -257,10 +258,10 @@ def serve(
     import logging
     import ssl
 
-    from prometheus_client import CollectorRegistry
+    from prometheus_client import CollectorRegistry, ProcessCollector
 
     from agent import logs
-    from agent.metrics import AgentCollector, SharedCollection
+    from agent.metrics import AgentCollector, SharedCollection, current_deadline
     from agent.server import make_server, serve_until_signalled
 
     if (tls_cert is None) != (tls_key is None):
@@ -269,7 +270,12 @@ def serve(
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
     opts = dataclasses.replace(ctx.obj["options"], budget=source_timeout, nftables_detail=False)
-    shared = SharedCollection(lambda: _collection(opts, max_sync_age, config=True), min_interval)
+
+    def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
+        scoped = dataclasses.replace(opts, deadline=current_deadline())
+        return _collection(scoped, max_sync_age, config=True)
+
+    shared = SharedCollection(scrape, min_interval)
     auto = None
     if auto_cleanup:
         from pathlib import Path
@@ -287,6 +293,7 @@ def serve(
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))
+    ProcessCollector(registry=registry)  # process_* (memory, CPU, fds), like every exporter
     host, port = listen
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     try:
@@ -295,7 +302,10 @@ def serve(
         fail(f"cannot use --tls-cert/--tls-key: {exc.reason or exc}", exitcodes.ERROR)
     except OSError as exc:
         fail(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR)
-    log.info("serving on %s:%d%s", host or "*", port, " (TLS)" if tls else "")
+    bound = server.server_address[0]
+    where = "[::]" if bound == "::" else host or "*"
+    both = " (IPv4 and IPv6)" if not host and bound == "::" else ""
+    log.info("serving on %s:%d%s%s", where, port, both, " (TLS)" if tls else "")
     if auto is not None:
         log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
         auto.start()
@@ -375,7 +385,7 @@ def cleanup(
                 if refusal
                 else "nftables mode confirmed: --apply would run this plan"
             )
-            sys.exit(exitcodes.REMAINS if col.classification.leftovers else exitcodes.OK)
+            sys.exit(exitcodes.REMAINS if col.classification.removable else exitcodes.OK)
         result = procedure.apply(collect, settings, say, note)
     except (procedure.Refused, procedure.CleanupError) as exc:
         say.flush()  # before fail() writes to stderr
@@ -397,12 +407,12 @@ def cleanup(
 @click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
 def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
-    from agent.job import render
+    from agent.job import InvalidName, render
 
     try:
         click.echo(render(node, image, namespace, apply_), nl=False)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--node") from exc
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
 
 
 @main.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,11 +25,26 @@ class Options:
     # Count the nftables-mode table's chains and set elements (the report shows them; the
     # metrics do not, and at 10,000 Services they are most of a scrape's cost).
     nftables_detail: bool = True
+    # When the answer is due (time.monotonic()): serve's scrape deadline. Each source gets at
+    # most what is left of it, so a slow source costs its own source_up, not the whole scrape.
+    deadline: float | None = None
+
+
+def _left(opts: Options) -> float | None:
+    if opts.deadline is None:
+        return opts.budget
+    left = opts.deadline - time.monotonic()
+    return left if opts.budget is None else min(opts.budget, left)
 
 
 def collect(opts: Options) -> Snapshot:
     def run(name: str, read: Callable[[], Reading[T]], empty: T) -> Reading[T]:
-        return read() if opts.budget is None else bounded(name, read, empty, opts.budget)
+        budget = _left(opts)
+        if budget is None:
+            return read()
+        if budget <= 0:
+            return Reading("error", empty, "not read: the scrape deadline had passed")
+        return bounded(name, read, empty, budget)
 
     no_services: tuple[IpvsService, ...] = ()
     ipvs_reading = run("ipvs", ipvs.read, no_services)
@@ -49,4 +65,7 @@ def collect(opts: Options) -> Snapshot:
 
 def _kube_proxy(opts: Options) -> KubeProxy:
     # Its three endpoints carry their own HTTP timeout, which is its budget.
-    return kube_proxy.read(opts.metrics_url, opts.healthz_url, opts.timeout)
+    timeout = opts.timeout
+    if opts.deadline is not None:
+        timeout = max(min(timeout, (opts.deadline - time.monotonic()) / 3), 0.01)
+    return kube_proxy.read(opts.metrics_url, opts.healthz_url, timeout)

@@ -13,7 +13,7 @@ from pathlib import Path
 from agent import tools
 from agent.backup import SAVE_TOOL
 from agent.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
-from agent.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink
+from agent.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
 from agent.plan import Step
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
@@ -93,7 +93,8 @@ def _link(step: Step) -> Outcome:
     link = step.link
     assert link is not None
     with RtNetlink() as rt:
-        current = next((r for r in rt.link_rows() if r.name == link.name), None)
+        rows = consistent(lambda: list(rt.link_rows()))  # a partial dump could miss it
+        current = next((r for r in rows if r.name == link.name), None)
         if current is None:
             return Outcome(step, "gone")
         if current.kind != "dummy":  # the plan saw a dummy; something replaced it since

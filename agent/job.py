@@ -1,119 +1,163 @@
-"""A one-shot cleanup Job pinned to one node (`ipvs-leftovers job-manifest --node NODE`)."""
+"""A one-shot cleanup Job pinned to one node (`ipvs-leftovers job-manifest --node NODE`).
+
+The Job is built as an object and serialized with PyYAML: every value the user gives (node,
+image, namespace) is quoted as YAML needs, never pasted into a template.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from typing import Any
 
-# RFC 1123 subdomain: what a node name may be.
+import yaml
+
+# RFC 1123 subdomain: what a node name may be (at most 253 characters).
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# RFC 1123 label: what a namespace may be (at most 63 characters).
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_LABEL = 63  # a label value, and a Job's name (its pods carry it in the job-name label)
 BACKUP_DIR = "/var/lib/ipvs-leftovers"
 LOCK_DIR = "/run/ipvs-leftovers"
-
-TEMPLATE = """\
-# One-shot ipvs-leftovers {what} on node {node}. Rendered by:
-#   ipvs-leftovers job-manifest --node {node}{apply_flag}
-# Watch it with: kubectl -n {namespace} logs -f job/{name}
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  namespace: {namespace}
-  labels:
-    app.kubernetes.io/name: ipvs-leftovers
-    app.kubernetes.io/component: cleanup
-    ipvs-leftovers.io/node: {node}
-spec:
-  backoffLimit: 0
-  ttlSecondsAfterFinished: 604800
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: ipvs-leftovers
-        app.kubernetes.io/component: cleanup
-    spec:
-      # Pinned: the Job acts on exactly this node's network namespace.
-      nodeName: {node}
-      hostNetwork: true
-      dnsPolicy: ClusterFirstWithHostNet
-      enableServiceLinks: false
-      restartPolicy: Never
-      serviceAccountName: ipvs-leftovers
-      automountServiceAccountToken: false
-      priorityClassName: system-node-critical
-      tolerations:
-        - operator: Exists
-      securityContext:
-        seccompProfile:
-          type: RuntimeDefault
-      containers:
-        - name: ipvs-leftovers
-          image: {image}
-          imagePullPolicy: IfNotPresent
-          args: [{args}]
-          resources:
-            requests:
-              cpu: 50m
-              memory: 64Mi
-            limits:
-              cpu: "1"
-              memory: 512Mi
-          securityContext:
-            runAsUser: 0
-            runAsNonRoot: false
-            allowPrivilegeEscalation: false
-            readOnlyRootFilesystem: true
-            capabilities:
-              drop: ["ALL"]
-              add: ["NET_ADMIN", "NET_RAW"]
-          volumeMounts:
-            - name: backups
-              mountPath: {backup_dir}
-            - name: lock
-              mountPath: {lock_dir}
-            - name: xtables-lock
-              mountPath: /run/xtables.lock
-            - name: tmp
-              mountPath: /tmp
-      volumes:
-        # Backup bundles stay on the node, next to what they restore.
-        - name: backups
-          hostPath:
-            path: {backup_dir}
-            type: DirectoryOrCreate
-        # One cleanup at a time per node, shared with the DaemonSet's auto-cleanup.
-        - name: lock
-          hostPath:
-            path: {lock_dir}
-            type: DirectoryOrCreate
-        # The lock kube-proxy and the kubelet take around iptables changes.
-        - name: xtables-lock
-          hostPath:
-            path: /run/xtables.lock
-            type: FileOrCreate
-        - name: tmp
-          emptyDir:
-            medium: Memory
-            sizeLimit: 16Mi
-"""
+NODE_LABEL = "ipvs-leftovers.io/node"
 
 
-def render(node: str, image: str, namespace: str = "ipvs-leftovers", apply: bool = False) -> str:
-    """The Job YAML; ValueError for a name that cannot be a node's."""
-    if not NODE_NAME.match(node) or len(node) > 253:
-        raise ValueError(f"{node!r} is not a valid node name (RFC 1123 subdomain)")
+class InvalidName(ValueError):
+    """A value Kubernetes would refuse; `option` is the command-line option that gave it."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def fit(prefix: str, node: str) -> str:
+    """`prefix + node` as a name or label value of at most 63 characters.
+
+    Too long: the node's name is cut and a digest of the whole name appended, so that two long
+    node names with the same beginning still give two names.
+    """
+    whole = prefix + node
+    if len(whole) <= MAX_LABEL:
+        return whole
+    room = MAX_LABEL - len(prefix) - 9  # "-" and 8 hex digits
+    return f"{prefix}{node[:room].rstrip('-.')}-{_digest(node)}"
+
+
+def validate(node: str, namespace: str) -> None:
+    if len(node) > 253 or not NODE_NAME.fullmatch(node):
+        raise InvalidName(
+            "--node", f"{node!r} is not a valid node name (RFC 1123 subdomain, lower case)"
+        )
+    if len(namespace) > MAX_LABEL or not DNS_LABEL.fullmatch(namespace):
+        raise InvalidName(
+            "--namespace",
+            f"{namespace!r} is not a valid namespace (RFC 1123 label: at most 63 characters "
+            "of a-z, 0-9 and '-')",
+        )
+
+
+def manifest(
+    node: str, image: str, namespace: str = "ipvs-leftovers", apply: bool = False
+) -> dict[str, Any]:
+    """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse."""
+    validate(node, namespace)
+    if not image.strip():
+        raise InvalidName("--image", "the image must not be empty")
     args = ["cleanup", "--backup-dir", BACKUP_DIR, "--lock-file", f"{LOCK_DIR}/cleanup.lock"]
     if apply:
         args.insert(1, "--apply")
-    kind = "cleanup" if apply else "plan"
-    name = f"ipvs-leftovers-{kind}-{node}"[:63].rstrip("-.")
-    return TEMPLATE.format(
-        what="cleanup" if apply else "cleanup plan (no change)",
-        node=node,
-        name=name,
-        namespace=namespace,
-        image=image,
-        args=", ".join(f'"{a}"' for a in args),
-        backup_dir=BACKUP_DIR,
-        lock_dir=LOCK_DIR,
-        apply_flag=" --apply" if apply else "",
+    name = fit(f"ipvs-leftovers-{'cleanup' if apply else 'plan'}-", node)
+    labels = {
+        "app.kubernetes.io/name": "ipvs-leftovers",
+        "app.kubernetes.io/component": "cleanup",
+        NODE_LABEL: fit("", node),
+    }
+    pod_labels = {k: v for k, v in labels.items() if k != NODE_LABEL}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if labels[NODE_LABEL] != node:  # the label was cut: the whole name goes in an annotation
+        metadata["annotations"] = {NODE_LABEL: node}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 604800,
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    # Pinned: the Job acts on exactly this node's network namespace.
+                    "nodeName": node,
+                    "hostNetwork": True,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "enableServiceLinks": False,
+                    "restartPolicy": "Never",
+                    "serviceAccountName": "ipvs-leftovers",
+                    "automountServiceAccountToken": False,
+                    "priorityClassName": "system-node-critical",
+                    "tolerations": [{"operator": "Exists"}],
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [_container(image, args)],
+                    "volumes": _volumes(),
+                },
+            },
+        },
+    }
+
+
+def _container(image: str, args: list[str]) -> dict[str, Any]:
+    return {
+        "name": "ipvs-leftovers",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        },
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]},
+        },
+        "volumeMounts": [
+            {"name": "backups", "mountPath": BACKUP_DIR},
+            {"name": "lock", "mountPath": LOCK_DIR},
+            {"name": "xtables-lock", "mountPath": "/run/xtables.lock"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _volumes() -> list[dict[str, Any]]:
+    return [
+        # Backup bundles stay on the node, next to what they restore.
+        {"name": "backups", "hostPath": {"path": BACKUP_DIR, "type": "DirectoryOrCreate"}},
+        # One cleanup at a time per node, shared with the DaemonSet's auto-cleanup.
+        {"name": "lock", "hostPath": {"path": LOCK_DIR, "type": "DirectoryOrCreate"}},
+        # The lock kube-proxy and the kubelet take around iptables changes.
+        {
+            "name": "xtables-lock",
+            "hostPath": {"path": "/run/xtables.lock", "type": "FileOrCreate"},
+        },
+        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+    ]
+
+
+def render(node: str, image: str, namespace: str = "ipvs-leftovers", apply: bool = False) -> str:
+    """The Job as YAML, after a comment saying how it was made and how to watch it."""
+    job = manifest(node, image, namespace, apply)
+    what = "cleanup" if apply else "cleanup plan (no change)"
+    header = (
+        f"# One-shot ipvs-leftovers {what} on node {node}. Rendered by:\n"
+        f"#   ipvs-leftovers job-manifest --node {node}{' --apply' if apply else ''}\n"
+        f"# Watch it with: kubectl -n {namespace} logs -f job/{job['metadata']['name']}\n"
     )
+    body: str = yaml.safe_dump(job, sort_keys=False, default_flow_style=False, width=1000)
+    return header + body

@@ -12,6 +12,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
@@ -25,7 +27,6 @@ from agent.snapshot import Ipset, IpvsService
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)
-MODES = ("ipvs", "iptables", "nftables", "unknown")
 # the reader that proves a subsystem is loaded on a kernel without module support
 READINESS_DOCS = {
     "kube_proxy_mode_pinned": "1 when kube-proxy's configuration pins a proxy mode (precheck)",
@@ -73,8 +74,8 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     n_entries: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
     for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipset"):
         if isinstance(f.obj, Ipset):
-            n_sets[ipset_family(f.name)] += 1
-            n_entries[ipset_family(f.name)] += f.obj.elements
+            n_sets[ipset_family(f.obj)] += 1
+            n_entries[ipset_family(f.obj)] += f.obj.elements
     for fam in ("ipv4", "ipv6"):
         sets.add_metric([fam], n_sets[fam])
         entries.add_metric([fam], n_entries[fam])
@@ -100,9 +101,18 @@ def families(col: Collection) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
         g.add_metric(list(key), rules[key])
     yield g
 
+    modes: Counter[tuple[str, str, str]] = Counter()
+    for f in c.owned_by(Owner.IPTABLES_LEFTOVER, "chain"):
+        if isinstance(f.obj, ChainRef):
+            modes[(f.obj.table.backend, f.obj.table.family, f.obj.table.name)] += 1
+    g = _gauge("iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", labels)
+    for key in sorted(modes):
+        g.add_metric(list(key), modes[key])
+    yield g
+
+    # An _info series is 1 or absent (Prometheus' convention): one series, the mode seen.
     g = _gauge("kube_proxy_mode_info", "1 for the proxy mode kube-proxy reports", ("mode",))
-    for mode in MODES:
-        g.add_metric([mode], 1 if c.mode.detected == mode else 0)
+    g.add_metric([c.mode.detected], 1)
     yield g
     yield _value(
         "nftables_mode_confirmed",
@@ -153,6 +163,24 @@ def _value(name: str, doc: str, value: bool | float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, doc, value=float(value))
 
 
+# When the scrape being answered is due (time.monotonic()), from Prometheus' scrape timeout;
+# set by the HTTP handler around one answer, read by the collection it starts or waits for.
+_DEADLINE: ContextVar[float | None] = ContextVar("scrape_deadline", default=None)
+
+
+@contextmanager
+def scrape_deadline(deadline: float | None) -> Iterator[None]:
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def current_deadline() -> float | None:
+    return _DEADLINE.get()
+
+
 class SharedCollection:
     """One collection serves every scrape within `min_interval` seconds.
 
@@ -169,7 +197,11 @@ class SharedCollection:
         self.count = 0
 
     def get(self) -> Collection:
-        with self._lock:
+        deadline = current_deadline()
+        wait = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._lock.acquire(timeout=wait):
+            raise TimeoutError("the collection under way did not finish by the scrape deadline")
+        try:
             now = time.monotonic()
             if self._last is None or now - self._at >= self._min_interval:
                 # Let go of the old reading first: holding both doubled serve's peak memory
@@ -179,6 +211,8 @@ class SharedCollection:
                 self._at = time.monotonic()
                 self.count += 1
             return self._last
+        finally:
+            self._lock.release()
 
 
 class AgentCollector(Collector):

@@ -33,6 +33,17 @@ OLD_IPVS_SETS_V4: dict[str, tuple[str, ...]] = {
     "KUBE-NODE-PORT-SCTP": ("bitmap:port", "hash:ip,port"),
     "KUBE-NODE-PORT-LOCAL-SCTP": ("bitmap:port", "hash:ip,port"),
 }
+# Sets of the first ipset-based ipvs releases (1.9-1.10; evidence in docs/older-releases.md).
+# They predate the KUBE-6- prefix, so they never had an IPv6 name of their own: an IPv6-only
+# node of that era made them with `family inet6` under the same name.
+PRE_KUBE6_SETS: dict[str, tuple[str, ...]] = {
+    "KUBE-SERVICE-ACCESS": ("hash:ip,port",),
+    "KUBE-MASQ-ALL": ("hash:ip,port",),
+    # "the destination ip set": its type is not in any source found; both plausible ones
+    "KUBE-CLUSTER-CIDR": ("hash:ip,port", "hash:net"),
+    "KUBE-LOAD-BALANCER-MASQ": ("hash:ip,port",),
+    "KUBE-LB-INGRESS-LOCAL": ("hash:ip,port",),
+}
 
 
 def ipv6_set_name(name: str) -> str:
@@ -48,6 +59,14 @@ for _name, _type in IPVS_SETS_V4.items():
 for _name, _types in OLD_IPVS_SETS_V4.items():
     IPVS_SETS[_name] = (_types, 4, True)
     IPVS_SETS[ipv6_set_name(_name)] = (_types, 6, True)
+for _name, _types in PRE_KUBE6_SETS.items():
+    IPVS_SETS[_name] = (_types, 4, True)
+# Before the KUBE-6- prefix (dual-stack ipvs, PR #80627, 2019) an IPv6-only node's sets carried
+# the plain KUBE- names with `family inet6` (PR #68436, 2018): every hash set of every list
+# above may therefore also be IPv6 under its plain name. bitmap:port sets have no family.
+PLAIN_NAME_IPV6_OK = frozenset(
+    n for n, (types, family, _) in IPVS_SETS.items() if family == 4 and "bitmap:port" not in types
+)
 
 # Sets whose members are `IP,proto:port` of a virtual server (evidence for IPVS ownership).
 VIP_PORT_SETS = frozenset(
@@ -63,6 +82,8 @@ VIP_PORT_SETS = frozenset(
         "KUBE-NODE-PORT-LOCAL-SCTP-HASH",
     )
     for n in (base, ipv6_set_name(base))
+) | frozenset(  # 1.9-1.10 sets of Service `IP,proto:port` (plain names in either family)
+    {"KUBE-SERVICE-ACCESS", "KUBE-MASQ-ALL", "KUBE-LOAD-BALANCER-MASQ", "KUBE-LB-INGRESS-LOCAL"}
 )
 # bitmap:port sets of NodePorts, by protocol (older SCTP bitmap sets included).
 NODE_PORT_SETS: dict[str, frozenset[str]] = {
@@ -117,12 +138,76 @@ IPVS_JUMPS: dict[tuple[str, str, str], str] = {
     ("filter", "OUTPUT", "KUBE-IPVS-OUT-FILTER"): "kubernetes ipvs access filter",
 }
 
-# §2.2: iptables mode jumps to the same KUBE-PROXY-FIREWALL chain from INPUT, OUTPUT and
-# FORWARD with another comment; a node that ran iptables mode before ipvs may carry them.
-IPTABLES_MODE_JUMPS: dict[tuple[str, str, str], str] = {
-    ("filter", chain, "KUBE-PROXY-FIREWALL"): "kubernetes load balancer firewall"
-    for chain in ("INPUT", "OUTPUT", "FORWARD")
+# --- iptables mode (SPEC §4 iptables-leftover) ----------------------------------------------
+# pkg/proxy/iptables/proxier.go (v1.30.3): the chains it makes, by table. KUBE-SERVICES,
+# KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD and KUBE-PROXY-FIREWALL share their name (and
+# table) with ipvs mode: which mode a shared chain belongs to is decided by its rules
+# (classify.py, README "Decisions").
+IPTABLES_MODE_CHAINS: dict[str, frozenset[str]] = {
+    "nat": frozenset(
+        {
+            "KUBE-SERVICES",
+            "KUBE-NODEPORTS",
+            "KUBE-POSTROUTING",
+            "KUBE-MARK-MASQ",
+            "KUBE-PROXY-CANARY",
+        }
+    ),
+    "filter": frozenset(
+        {
+            "KUBE-SERVICES",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-FORWARD",
+            "KUBE-NODEPORTS",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-PROXY-CANARY",
+        }
+    ),
+    # ipt.Monitor(KUBE-PROXY-CANARY, mangle, nat, filter)
+    "mangle": frozenset({"KUBE-PROXY-CANARY"}),
 }
+# Per-service chains (isServiceChainName; KUBE-XLB- is the pre-KUBE-SVL/KUBE-EXT name of the
+# externalTrafficPolicy=Local chain, which older CleanupLeftovers still hunted for). nat only.
+IPTABLES_MODE_PREFIXES: dict[str, tuple[str, ...]] = {
+    "nat": ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-"),
+}
+
+# iptablesJumpChains (v1.30.3): (table, built-in chain, target) -> comment. Three are
+# byte-identical to ipvs mode's; the KUBE-PROXY-FIREWALL jumps differ in comment and ctstate.
+_EXTERNAL = "kubernetes externally-visible service portals"
+IPTABLES_MODE_JUMPS: dict[tuple[str, str, str], str] = {
+    ("filter", "INPUT", "KUBE-EXTERNAL-SERVICES"): _EXTERNAL,
+    ("filter", "FORWARD", "KUBE-EXTERNAL-SERVICES"): _EXTERNAL,
+    ("filter", "INPUT", "KUBE-NODEPORTS"): "kubernetes health check service ports",
+    ("filter", "FORWARD", "KUBE-SERVICES"): "kubernetes service portals",
+    ("filter", "OUTPUT", "KUBE-SERVICES"): "kubernetes service portals",
+    ("filter", "FORWARD", "KUBE-FORWARD"): "kubernetes forwarding rules",
+    ("filter", "INPUT", "KUBE-PROXY-FIREWALL"): "kubernetes load balancer firewall",
+    ("filter", "OUTPUT", "KUBE-PROXY-FIREWALL"): "kubernetes load balancer firewall",
+    ("filter", "FORWARD", "KUBE-PROXY-FIREWALL"): "kubernetes load balancer firewall",
+    ("nat", "OUTPUT", "KUBE-SERVICES"): "kubernetes service portals",
+    ("nat", "PREROUTING", "KUBE-SERVICES"): "kubernetes service portals",
+    ("nat", "POSTROUTING", "KUBE-POSTROUTING"): "kubernetes postrouting rules",
+}
+# Jumps of older releases (docs/older-releases.md): the 1.9-1.10 FORWARD -> KUBE-FORWARD jump
+# (PR #52569 for iptables mode, PR #62007 for ipvs mode) said "kubernetes forward rules", and
+# iptables mode once jumped to filter KUBE-SERVICES from INPUT.
+OLD_JUMPS: dict[tuple[str, str, str], str] = {
+    ("filter", "FORWARD", "KUBE-FORWARD"): "kubernetes forward rules",
+    ("filter", "INPUT", "KUBE-SERVICES"): "kubernetes service portals",
+}
+
+
+def _jump_comments() -> dict[tuple[str, str, str], frozenset[str]]:
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for table in (IPVS_JUMPS, IPTABLES_MODE_JUMPS, OLD_JUMPS):
+        for key, comment in table.items():
+            out.setdefault(key, set()).add(comment)
+    return {key: frozenset(comments) for key, comments in out.items()}
+
+
+# Every jump any kube-proxy release or mode writes from a built-in chain: key -> comments.
+KUBE_PROXY_JUMPS = _jump_comments()
 
 # §3: the kubelet's chains, (table, chain); never touched, in any backend or family.
 KUBELET_CHAINS = frozenset(

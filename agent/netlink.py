@@ -14,14 +14,17 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, TypeVar
+
+T = TypeVar("T")
 
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
+NLM_F_DUMP_INTR = 0x10  # the kernel's "this dump saw a concurrent change" mark
 NLM_F_DUMP = 0x300
 NLM_F_EXCL = 0x200
 GENL_ID_CTRL = 0x10
@@ -72,6 +75,42 @@ class NetlinkError(OSError):
     pass
 
 
+class DumpInterrupted(NetlinkError):
+    """A dump carried NLM_F_DUMP_INTR: the object list changed while it was read.
+
+    The kernel still sends every message, but some objects may be missing or doubled: taking
+    such a dump as the node's state could make a link or a table look absent.
+    """
+
+    def __init__(self, message: str = "netlink dump interrupted by a concurrent change") -> None:
+        super().__init__(errno.EINTR, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+# How often a reading is started again after an interrupted dump. A change between two
+# reads of a few milliseconds is rare; four in a row means the node is churning, and the
+# reading is better reported as an error than retried for ever.
+DUMP_ATTEMPTS = 4
+
+
+def consistent(read: Callable[[], T], attempts: int = DUMP_ATTEMPTS) -> T:
+    """Run `read` (which makes whole dumps) again while one of its dumps is interrupted."""
+    for _ in range(attempts - 1):
+        try:
+            return read()
+        except DumpInterrupted:
+            continue
+    try:
+        return read()
+    except DumpInterrupted as exc:
+        raise DumpInterrupted(
+            f"netlink dump interrupted by concurrent changes {attempts} times in a row; "
+            "the node is changing too fast to read a consistent state, try again"
+        ) from exc
+
+
 class NetlinkSocket:
     """One netlink socket of one protocol, used from one thread."""
 
@@ -98,23 +137,33 @@ class NetlinkSocket:
     def raw_request(
         self, msg_type: int, payload: bytes, dump: bool = True, flags: int = 0
     ) -> Iterator[memoryview]:
-        """Send one request; yield each answer's payload (after the netlink header)."""
+        """Send one request; yield each answer's payload (after the netlink header).
+
+        A dump any of whose messages carries NLM_F_DUMP_INTR is read to its end (the socket
+        must be free for the next dump) and then raises DumpInterrupted: whatever the caller
+        made of the answers so far is to be thrown away (see `consistent`).
+        """
         self._seq += 1
         flags |= NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
         self._sock.send(
             _NLMSG.pack(_NLMSG.size + len(payload), msg_type, flags, self._seq, 0) + payload
         )
+        interrupted = False
         while True:
             received = self._sock.recv_into(self._buf)
             data = memoryview(self._view[:received].tobytes())
             offset = 0
             while offset + _NLMSG.size <= len(data):
-                length, kind, _, seq, _ = _NLMSG.unpack_from(data, offset)
+                length, kind, msg_flags, seq, _ = _NLMSG.unpack_from(data, offset)
                 body = data[offset + _NLMSG.size : offset + length]
                 offset += (length + 3) & ~3
                 if seq != self._seq:
                     continue
+                # The kernel marks every message after the change, NLMSG_DONE included.
+                interrupted |= bool(msg_flags & NLM_F_DUMP_INTR)
                 if kind == NLMSG_DONE:
+                    if interrupted:
+                        raise DumpInterrupted()
                     return
                 if kind == NLMSG_ERROR:
                     code = -struct.unpack_from("=i", body)[0]

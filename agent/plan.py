@@ -201,12 +201,18 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
             steps.append(Step(1, "delete-ipvs-service", f.name, f.evidence, service=f.obj))
 
     tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
-    chain_findings = [f for f in leftovers if isinstance(f.obj, ChainRef)]
-    jump_findings = [f for f in leftovers if isinstance(f.obj, RuleRef)]
+    # iptables mode's chains and jumps go in the same per-table step as ipvs mode's: to each
+    # other they are kube-proxy's own references, never foreign ones (SPEC §4).
+    removable = c.removable
+    chain_findings = [f for f in removable if isinstance(f.obj, ChainRef)]
+    jump_findings = [f for f in removable if isinstance(f.obj, RuleRef)]
     leftover_chains: dict[TableKey, set[str]] = defaultdict(set)
+    mode_of: dict[tuple[TableKey, str], str] = {}
     for f in chain_findings:
         assert isinstance(f.obj, ChainRef)
         leftover_chains[_key(f.obj.table)].add(f.obj.chain.name)
+        mode = "ipvs-mode" if f.owner is Owner.IPVS_LEFTOVER else "iptables-mode"
+        mode_of[(_key(f.obj.table), f.obj.chain.name)] = mode
     set_findings = [f for f in leftovers if isinstance(f.obj, Ipset)]
     leftover_sets = {f.name for f in set_findings}
     deletable = set()
@@ -260,7 +266,10 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
         )
         evidence = [
             f"{len(rules)} kube-proxy jump rules",
-            *(f"chain {ch.name} ({len(ch.rules)} rules): ipvs-mode chain" for ch in chains),
+            *(
+                f"chain {ch.name} ({len(ch.rules)} rules): {mode_of[(key, ch.name)]} chain"
+                for ch in chains
+            ),
         ]
         steps.append(Step(3, "iptables-table", "/".join(key), tuple(evidence), table=change))
 

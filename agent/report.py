@@ -12,9 +12,11 @@ SCHEMA = 1
 LIST_LIMIT = 20  # objects listed per class and source without --verbose
 
 
-def _chain_rows(c: Classification) -> tuple[list[dict[str, Any]], int]:
+def _chain_rows(
+    c: Classification, owner: Owner = Owner.IPVS_LEFTOVER
+) -> tuple[list[dict[str, Any]], int]:
     rows = []
-    for f in c.owned_by(Owner.IPVS_LEFTOVER, "chain"):
+    for f in c.owned_by(owner, "chain"):
         assert isinstance(f.obj, ChainRef)
         table, chain = f.obj.table, f.obj.chain
         rows.append(
@@ -26,7 +28,7 @@ def _chain_rows(c: Classification) -> tuple[list[dict[str, Any]], int]:
                 "rules": len(chain.rules),
             }
         )
-    return rows, len(c.owned_by(Owner.IPVS_LEFTOVER, "jump-rule"))
+    return rows, len(c.owned_by(owner, "jump-rule"))
 
 
 def _ipvs_counts(findings: list[Finding]) -> dict[str, int]:
@@ -40,7 +42,8 @@ def _ipvs_counts(findings: list[Finding]) -> dict[str, int]:
 def _by_family(findings: list[Finding], value: Any) -> dict[str, int]:
     out = {"ipv4": 0, "ipv6": 0}
     for f in findings:
-        out[ipset_family(f.name)] += value(f.obj)
+        assert isinstance(f.obj, Ipset)
+        out[ipset_family(f.obj)] += value(f.obj)
     return out
 
 
@@ -48,6 +51,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
     """The stable `audit --json` document."""
     sets = c.owned_by(Owner.IPVS_LEFTOVER, "ipset")
     chains, jumps = _chain_rows(c)
+    ipt_chains, ipt_jumps = _chain_rows(c, Owner.IPTABLES_LEFTOVER)
     link = snap.links.data.kube_ipvs0
     addrs = link.addresses if link else ()
     return {
@@ -80,6 +84,8 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             "iptables_jump_rules": jumps,
         },
         "foreign": _ipvs_counts(c.owned_by(Owner.FOREIGN, "ipvs-service")),
+        # kube-proxy iptables mode's chains (SPEC §4), apart from the ipvs-mode counts above
+        "iptables_leftovers": {"chains": ipt_chains, "jump_rules": ipt_jumps},
         "nftables_mode": {
             "tables": [
                 {
@@ -113,6 +119,8 @@ def exit_code(snap: Snapshot, c: Classification) -> int:
         return exitcodes.ERROR
     if c.leftovers and c.mode.detected != "ipvs":
         return exitcodes.REMAINS
+    if c.iptables_leftovers and c.mode.detected != "iptables":
+        return exitcodes.REMAINS
     return exitcodes.OK
 
 
@@ -121,13 +129,29 @@ def verdict(snap: Snapshot, c: Classification) -> str:
     n = len(c.leftovers)
     if errors:
         return f"INCOMPLETE: could not read {', '.join(errors)}; see the errors above"
+    return _ipvs_verdict(c, n) + _iptables_mode_note(c)
+
+
+def _ipvs_verdict(c: Classification, n: int) -> str:
     if not n:
+        if c.iptables_leftovers and c.mode.detected != "iptables":
+            return f"LEFTOVERS: no ipvs-mode objects; kube-proxy mode {c.mode.detected}"
         return "CLEAN: no ipvs-mode objects on this node"
     if c.mode.detected == "ipvs":
         return f"IN USE: {n} ipvs-mode objects, and kube-proxy runs ipvs mode"
     if c.stale:
         return f"STALE: {n} ipvs-mode leftovers while kube-proxy runs nftables mode (confirmed)"
     return f"LEFTOVERS: {n} ipvs-mode objects; kube-proxy mode {c.mode.detected}, not confirmed"
+
+
+def _iptables_mode_note(c: Classification) -> str:
+    """iptables mode's objects, said apart: in use under iptables mode, else left over."""
+    m = len(c.iptables_leftovers)
+    if not m:
+        return ""
+    if c.mode.detected == "iptables":
+        return f"; {m} iptables-mode objects in use by iptables mode"
+    return f"; {m} iptables-mode objects left over (cleanup removes them too)"
 
 
 def _describe(f: Finding) -> str:
@@ -144,7 +168,7 @@ def _describe(f: Finding) -> str:
 
 
 def _summary(doc: dict[str, Any]) -> list[str]:
-    left, foreign = doc["leftovers"], doc["foreign"]
+    left, foreign, ipt = doc["leftovers"], doc["foreign"], doc["iptables_leftovers"]
     link = left["kube_ipvs0"]
     link_text = (
         f"{link['kind']} {'UP' if link['up'] else 'DOWN'} with {link['addresses']['ipv4']} IPv4 "
@@ -163,6 +187,9 @@ def _summary(doc: dict[str, Any]) -> list[str]:
         f"  iptables: {len(left['iptables_chains'])} chains with "
         f"{sum(ch['rules'] for ch in left['iptables_chains'])} rules, "
         f"{left['iptables_jump_rules']} jump rules",
+        "summary of iptables-mode objects (a node that also ran iptables mode):",
+        f"  iptables: {len(ipt['chains'])} chains with "
+        f"{sum(ch['rules'] for ch in ipt['chains'])} rules, {ipt['jump_rules']} jump rules",
     ]
 
 

@@ -10,7 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import tools
-from agent.netlink import NLA_F_NESTED, NLM_F_EXCL, NetlinkError, RtNetlink, attr, attrs
+from agent.netlink import (
+    NLA_F_NESTED,
+    NLM_F_EXCL,
+    NetlinkError,
+    RtNetlink,
+    attr,
+    attrs,
+    consistent,
+)
 
 
 class BundleError(ValueError):
@@ -65,14 +73,15 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
     name = str(doc["name"])
     kind = str(doc.get("kind") or "dummy")
     with RtNetlink() as rt:
-        if not any(r.name == name for r in rt.link_rows()):
+        # whole dumps, read again if a concurrent change interrupted one (agent.netlink)
+        if not consistent(lambda: any(r.name == name for r in rt.link_rows())):
             try:  # the old interface index, so that the node is as it was
                 _new_dummy(rt, name, kind, int(doc["index"]))  # type: ignore[call-overload]
             except (KeyError, NetlinkError) as exc:
                 say(f"kube-ipvs0 gets a new interface index ({exc})")
                 _new_dummy(rt, name, kind, 0)
-        index = next(r.index for r in rt.link_rows() if r.name == name)
-        present = _present(rt, index)
+        index = consistent(lambda: next(r.index for r in rt.link_rows() if r.name == name))
+        present = consistent(lambda: _present(rt, index))
         listed = [str(c) for c in doc.get("addresses", [])]  # type: ignore[attr-defined]
         # The kernel lists IPv6 addresses newest first and IPv4 oldest first: adding them in
         # that order gives the same listing back.

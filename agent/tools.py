@@ -15,6 +15,14 @@ PACKAGES = {
 
 
 DEFAULT_TIMEOUT = 60.0  # seconds a tool may run; `cleanup --tool-timeout` overrides it
+# The tools run with the C locale and nothing else from the agent's environment but this:
+# XTABLES_LOCKFILE points iptables' lock at the host's /run/xtables.lock from a pod that sees
+# the host under another path (`kubectl debug node/...`, docs/operations.md).
+PASSED_ENV = ("XTABLES_LOCKFILE",)
+
+
+def environment() -> dict[str, str]:
+    return {"LC_ALL": "C", **{k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}}
 
 
 class ToolError(RuntimeError):
@@ -40,7 +48,7 @@ def run(args: list[str], stdin: str | None = None, timeout: float = DEFAULT_TIME
             text=True,
             timeout=timeout,
             check=False,
-            env={"LC_ALL": "C"},
+            env=environment(),
         )
     except subprocess.TimeoutExpired as exc:
         raise ToolError(f"{args[0]} did not finish within {timeout:g}s") from exc

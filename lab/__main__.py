@@ -21,6 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--nftables-table", action="store_true")
     b.add_argument("--third-party", action="store_true")
     b.add_argument("--old-orphans", action="store_true")
+    b.add_argument("--older-names", action="store_true", help="1.9-1.10 sets and jump comment")
+    b.add_argument(
+        "--iptables-mode",
+        action="store_true",
+        help="the node also ran iptables mode (after ipvs; with --no-ipvs-mode instead of it)",
+    )
+    b.add_argument("--no-ipvs-mode", action="store_true", help="no ipvs-mode leftovers")
     b.add_argument("--strict-arp", action="store_true")
     b.add_argument("--no-kubelet", action="store_true")
     d = sub.add_parser("destroy", help="delete NS")
@@ -39,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
             nftables_table=args.nftables_table,
             third_party=args.third_party,
             old_release_orphans=args.old_orphans,
+            older_release_names=args.older_names,
+            iptables_mode=args.iptables_mode,
+            ipvs_leftovers=not args.no_ipvs_mode,
             strict_arp=args.strict_arp,
             kubelet=not args.no_kubelet,
         )

@@ -58,7 +58,7 @@ def start_fake_kube_proxy(
     state_file: Path,
     metrics_listen: str = "127.0.0.1:10249",
     healthz_listen: str = "127.0.0.1:10256",
-    timeout: float = 10.0,
+    timeout: float = 60.0,  # Python start-up under TCG on a loaded host took > 10 s
 ) -> FakeKubeProxy:
     """Run the fake server in netns via `ip netns exec`; return once it has written its pid."""
     state_file = Path(state_file)

@@ -62,6 +62,11 @@ class Node:
     kubelet: bool = True
     third_party: bool = False
     old_release_orphans: bool = False
+    # Names of the 1.9-1.10 releases (issue 13 item 5): their sets and FORWARD jump comment.
+    older_release_names: bool = False
+    # The node also ran kube-proxy's iptables mode: after ipvs mode (ipvs_leftovers=True),
+    # or instead of it (iptables -> nftables).
+    iptables_mode: bool = False
     strict_arp: bool = False
     masquerade_bit: int = 14
     # kube-proxy's clusterCIDR (local-traffic detector); empty selects the src,dst variant.

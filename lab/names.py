@@ -186,3 +186,42 @@ KUBELET_MARTIAN_RULE = (
 OLD_NAT_FIREWALL = "KUBE-FIREWALL"
 OLD_MARK_DROP = "KUBE-MARK-DROP"
 OLD_DROP_MARK = "0x8000"
+
+# --- kube-proxy iptables mode (pkg/proxy/iptables/proxier.go, v1.30.3) ----------------------
+NODEPORTS = "KUBE-NODEPORTS"
+EXTERNAL_SERVICES = "KUBE-EXTERNAL-SERVICES"
+PROXY_CANARY = "KUBE-PROXY-CANARY"
+# The chains it declares (and so flushes) on every sync, by table; the canary is ensured apart.
+IPTABLES_MODE_CHAINS: dict[str, tuple[str, ...]] = {
+    "nat": (SERVICES, NODEPORTS, POSTROUTING, MARK_MASQ),
+    "filter": (SERVICES, EXTERNAL_SERVICES, FORWARD, NODEPORTS, PROXY_FIREWALL),
+}
+CANARY_TABLES = ("mangle", "nat", "filter")
+IPTABLES_MODE_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-")
+# iptablesJumpChains, in kube-proxy's order: (table, built-in, target, comment, extra match)
+_NEW = "-m conntrack --ctstate NEW "
+IPTABLES_MODE_JUMPS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("filter", "INPUT", EXTERNAL_SERVICES, "kubernetes externally-visible service portals", _NEW),
+    ("filter", "FORWARD", EXTERNAL_SERVICES, "kubernetes externally-visible service portals", _NEW),
+    ("filter", "INPUT", NODEPORTS, "kubernetes health check service ports", ""),
+    ("filter", "FORWARD", SERVICES, "kubernetes service portals", _NEW),
+    ("filter", "OUTPUT", SERVICES, "kubernetes service portals", _NEW),
+    ("filter", "FORWARD", FORWARD, "kubernetes forwarding rules", ""),
+    ("filter", "INPUT", PROXY_FIREWALL, "kubernetes load balancer firewall", _NEW),
+    ("filter", "OUTPUT", PROXY_FIREWALL, "kubernetes load balancer firewall", _NEW),
+    ("filter", "FORWARD", PROXY_FIREWALL, "kubernetes load balancer firewall", _NEW),
+    ("nat", "OUTPUT", SERVICES, "kubernetes service portals", ""),
+    ("nat", "PREROUTING", SERVICES, "kubernetes service portals", ""),
+    ("nat", "POSTROUTING", POSTROUTING, "kubernetes postrouting rules", ""),
+)
+
+# Older releases (docs/older-releases.md): the first ipset-based ipvs releases' sets, which
+# never had a KUBE-6- name, and the 1.9-1.10 FORWARD -> KUBE-FORWARD comment.
+PRE_KUBE6_SETS: tuple[SetInfo, ...] = (
+    SetInfo("KUBE-SERVICE-ACCESS", "hash:ip,port", ""),
+    SetInfo("KUBE-MASQ-ALL", "hash:ip,port", ""),
+    SetInfo("KUBE-CLUSTER-CIDR", "hash:net", ""),
+    SetInfo("KUBE-LOAD-BALANCER-MASQ", "hash:ip,port", ""),
+    SetInfo("KUBE-LB-INGRESS-LOCAL", "hash:ip,port", ""),
+)
+OLD_FORWARD_JUMP = ("filter", "FORWARD", FORWARD, "kubernetes forward rules")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lab import iptables_mode
 from lab import names as n
 from lab.model import Family, Node, family_of
 from lab.nft import nft_script
@@ -35,6 +36,8 @@ def ipset_restore(node: Node) -> str:
         if node.old_release_orphans:
             for info in n.OLD_SETS:
                 lines.append(_create(n.set_name(info.name, family), info.type, family))
+        if node.older_release_names and family == "ipv4":  # 1.9-1.10: no KUBE-6- names yet
+            lines += [_create(i.name, i.type, family) for i in n.PRE_KUBE6_SETS]
     if node.third_party:
         lines.append("create office-allow hash:net family inet hashsize 1024 maxelem 65536")
         lines.extend(
@@ -73,6 +76,11 @@ def iptables_restore(node: Node, family: Family) -> dict[str, str]:
         _old_orphans(tables, node, family)
     if node.ipvs_leftovers:
         _kube_proxy(tables, node, family)
+        if node.older_release_names:  # the 1.10 jump stays beside the newer one
+            table, builtin, target, comment = n.OLD_FORWARD_JUMP
+            tables[table].rules.append(f'-I {builtin} -m comment --comment "{comment}" -j {target}')
+    if node.iptables_mode:
+        iptables_mode.write(tables, node, family)  # type: ignore[arg-type]
     return {name: t.text(name) for name, t in tables.items() if t.chains or t.rules}
 
 
@@ -208,13 +216,7 @@ def _kube_proxy(t: dict[str, _Table], node: Node, family: Family) -> None:
         f"-A {n.IPVS_FILTER} -m conntrack --ctstate NEW "
         f"-m set --match-set {sn(n.IPVS_IPS)} dst -j REJECT",
     ]
-    nat.rules += [
-        f"-A {n.POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN",
-        f"-A {n.POSTROUTING} -j MARK --xor-mark {mark}",
-        f'-A {n.POSTROUTING} -m comment --comment "kubernetes service traffic requiring SNAT" '
-        "-j MASQUERADE --random-fully",
-        f"-A {n.MARK_MASQ} -j MARK --or-mark {mark}",
-    ]
+    nat.rules += iptables_mode.masquerade_rules(mark)
     for table, builtin, target, comment in n.JUMPS:
         t[table].rules.append(f'-I {builtin} -m comment --comment "{comment}" -j {target}')
 

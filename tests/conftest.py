@@ -70,6 +70,18 @@ def run_agent(
     return Result(p.returncode, p.stdout, p.stderr)
 
 
+def python_json(ns: str, *args: str, timeout: float = 120) -> Any:
+    """Run this Python inside the namespace with `args`; its stdout, read as JSON."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
 @pytest.fixture
 def netns() -> Iterator[Any]:
     """Factory of fresh namespaces, each deleted after the test."""

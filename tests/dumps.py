@@ -8,7 +8,7 @@ import shlex
 import subprocess
 
 from lab import names as n
-from tests.oracle import IPVS_CHAINS, JUMP_COMMENTS
+from tests.oracle import IPVS_CHAINS, JUMP_COMMENTS, is_iptables_mode_chain
 
 SAVES = ("iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save", "ip6tables-nft-save")
 
@@ -58,15 +58,20 @@ def dump(ns: str, ipvs: bool = False) -> dict[str, list[str]]:
     return out
 
 
+def _kube_proxy_chain(table: str, chain: str) -> bool:
+    """kube-proxy's chain of either mode (cleanup removes both)."""
+    return chain in IPVS_CHAINS.get(table, set()) or is_iptables_mode_chain(table, chain)
+
+
 def _is_ipvs_line(table: str, line: str) -> bool:
     if line.startswith(":"):
-        return line[1:].split()[0] in IPVS_CHAINS.get(table, set())
+        return _kube_proxy_chain(table, line[1:].split()[0])
     if line.startswith("-A "):
         words = shlex.split(line)
-        if words[1] in IPVS_CHAINS.get(table, set()):
+        if _kube_proxy_chain(table, words[1]):
             return True
         if "--comment" in words and words[words.index("--comment") + 1] in JUMP_COMMENTS:
-            return "-j" in words and words[words.index("-j") + 1] in IPVS_CHAINS.get(table, ())
+            return "-j" in words and _kube_proxy_chain(table, words[words.index("-j") + 1])
     return False
 
 
@@ -93,12 +98,13 @@ def minus_leftovers(
             target = words[words.index("-j") + 1] if "-j" in words else ""
             # a kept chain keeps its rules, and jumps into it from outside kube-proxy's chains
             keep = chain in kept_chains or (
-                target in kept_chains and chain not in IPVS_CHAINS.get(table, set())
+                target in kept_chains and not _kube_proxy_chain(table, chain)
             )
             if keep or not _is_ipvs_line(table, line):
                 lines.append(line)
         expected[tool] = lines
     ipvs_sets = {n.set_name(s.name, fam) for s in n.SETS + n.OLD_SETS for fam in ("ipv4", "ipv6")}
+    ipvs_sets |= {s.name for s in n.PRE_KUBE6_SETS}
     expected["ipset"] = [
         line
         for line in before["ipset"]

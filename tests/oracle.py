@@ -16,7 +16,44 @@ BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 # as the lab writes them.
 IPVS_CHAINS: dict[str, set[str]] = {table: set(chains) for table, chains in n.CHAINS.items()}
 IPVS_CHAINS["nat"].add(n.OLD_NAT_FIREWALL)
-JUMP_COMMENTS = {comment for _, _, _, comment in n.JUMPS}
+JUMP_COMMENTS = {comment for _, _, _, comment in n.JUMPS} | {n.OLD_FORWARD_JUMP[3]}
+JUMP_COMMENTS |= {comment for _, _, _, comment, _ in n.IPTABLES_MODE_JUMPS}
+# Shared names whose rules are the same in both modes (or a chain left empty): README
+# "Decisions" gives them the table's mode, ipvs when any ipvs-mode-only chain is there.
+SAME_IN_BOTH_MODES = {("nat", n.POSTROUTING), ("nat", n.MARK_MASQ)}
+
+
+def is_iptables_mode_chain(table: str, chain: str) -> bool:
+    """A chain only kube-proxy's iptables mode makes, as the lab writes it."""
+    shared = chain in IPVS_CHAINS.get(table, set())
+    return not shared and (
+        chain in n.IPTABLES_MODE_CHAINS.get(table, ())
+        or chain == n.PROXY_CANARY
+        or (table == "nat" and chain.startswith(n.IPTABLES_MODE_PREFIXES))
+    )
+
+
+def chain_modes(node: Node, table: str, text: str) -> dict[str, str]:
+    """kube-proxy's chains of one restore text -> "ipvs" | "iptables", from what the lab
+    wrote last into each (iptables mode runs after ipvs mode in the lab)."""
+    declared = re.findall(r"^:(\S+)", text, re.M)
+    rules = [shlex.split(r) for r in re.findall(r"^-[AI] (.*)$", text, re.M)]
+    ipvs_only = any(
+        c in IPVS_CHAINS.get(table, set()) and c not in n.IPTABLES_MODE_CHAINS.get(table, ())
+        for c in declared
+    )
+    out: dict[str, str] = {}
+    for chain in declared:
+        if is_iptables_mode_chain(table, chain):
+            out[chain] = "iptables"
+        elif chain in IPVS_CHAINS.get(table, set()):
+            shared = chain in n.IPTABLES_MODE_CHAINS.get(table, ())
+            if not (shared and node.iptables_mode):
+                out[chain] = "ipvs"
+                continue
+            neutral = (table, chain) in SAME_IN_BOTH_MODES or not any(r[0] == chain for r in rules)
+            out[chain] = "ipvs" if neutral and ipvs_only else "iptables"
+    return out
 
 
 def _family_of_set(name: str) -> str:
@@ -34,31 +71,26 @@ def expected(node: Node) -> dict[str, Any]:
             elif words[0] == "add":
                 entries[_family_of_set(words[1])] += 1
 
-    chains: list[dict[str, Any]] = []
-    jumps = 0
+    chains: dict[str, list[dict[str, Any]]] = {"ipvs": [], "iptables": []}
+    jumps = {"ipvs": 0, "iptables": 0}
     for family in node.families:
         for table, text in render.iptables_restore(node, family).items():
-            declared = re.findall(r"^:(\S+)", text, re.M)
             rules = [shlex.split(r) for r in re.findall(r"^-[AI] (.*)$", text, re.M)]
-            for chain in declared:
-                if chain in IPVS_CHAINS.get(table, ()) and chain not in BUILTIN:
-                    n = sum(1 for r in rules if r[0] == chain)
-                    chains.append(
-                        {
-                            "backend": node.backend,
-                            "family": family,
-                            "table": table,
-                            "chain": chain,
-                            "rules": n,
-                        }
-                    )
+            modes = chain_modes(node, table, text)
+            for chain, mode in modes.items():
+                chains[mode].append(
+                    {
+                        "backend": node.backend,
+                        "family": family,
+                        "table": table,
+                        "chain": chain,
+                        "rules": sum(1 for r in rules if r[0] == chain),
+                    }
+                )
             for r in rules:
-                if (
-                    r[0] in BUILTIN
-                    and "-j" in r
-                    and r[r.index("-j") + 1] in IPVS_CHAINS.get(table, ())
-                ):
-                    jumps += 1
+                target = r[r.index("-j") + 1] if "-j" in r else ""
+                if r[0] in BUILTIN and target in modes:
+                    jumps[modes[target]] += 1
 
     kube_vs = kube_rs = foreign_vs = foreign_rs = 0
     third = render._keepalived_services() if node.third_party else []
@@ -83,8 +115,12 @@ def expected(node: Node) -> dict[str, Any]:
     return {
         "ipsets": sets,
         "ipset_entries": entries,
-        "iptables_chains": sorted(chains, key=_chain_key),
-        "iptables_jump_rules": jumps,
+        "iptables_chains": sorted(chains["ipvs"], key=_chain_key),
+        "iptables_jump_rules": jumps["ipvs"],
+        "iptables_leftovers": {
+            "chains": sorted(chains["iptables"], key=_chain_key),
+            "jump_rules": jumps["iptables"],
+        },
         "ipvs_virtual_servers": kube_vs,
         "ipvs_real_servers": kube_rs,
         "foreign": {"ipvs_virtual_servers": foreign_vs, "ipvs_real_servers": foreign_rs},
@@ -105,6 +141,10 @@ def actual(doc: dict[str, Any]) -> dict[str, Any]:
         "ipset_entries": left["ipset_entries"],
         "iptables_chains": sorted(left["iptables_chains"], key=_chain_key),
         "iptables_jump_rules": left["iptables_jump_rules"],
+        "iptables_leftovers": {
+            "chains": sorted(doc["iptables_leftovers"]["chains"], key=_chain_key),
+            "jump_rules": doc["iptables_leftovers"]["jump_rules"],
+        },
         "ipvs_virtual_servers": left["ipvs_virtual_servers"],
         "ipvs_real_servers": left["ipvs_real_servers"],
         "foreign": doc["foreign"],

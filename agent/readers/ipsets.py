@@ -12,7 +12,7 @@ import struct
 from collections.abc import Collection
 
 from agent.kernel import Presence, presence
-from agent.netlink import IpsetNetlink, NetlinkError, attrs, nul_text
+from agent.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
 from agent.readers._timing import Absent, timed
 from agent.snapshot import Ipset, Reading
 
@@ -117,4 +117,4 @@ def _read(entries_for: Collection[str]) -> tuple[Ipset, ...]:
 
 def read(entries_for: Collection[str] = ()) -> Reading[tuple[Ipset, ...]]:
     """All sets with counts; members only for the sets named in `entries_for`."""
-    return timed(lambda: _read(entries_for), ())
+    return timed(lambda: consistent(lambda: _read(entries_for)), ())

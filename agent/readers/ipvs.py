@@ -47,7 +47,7 @@ from agent.ipvs_wire import (
     service_key,
 )
 from agent.kernel import Presence, presence
-from agent.netlink import GenericNetlink, NetlinkError, attrs, nul_text
+from agent.netlink import GenericNetlink, NetlinkError, attrs, consistent, nul_text
 from agent.readers._timing import Absent, timed
 from agent.snapshot import CountedDests, IpvsDest, IpvsService, LazyDests, Reading
 
@@ -218,4 +218,4 @@ def _read() -> tuple[IpvsService, ...]:
 
 
 def read() -> Reading[tuple[IpvsService, ...]]:
-    return timed(_read, ())
+    return timed(lambda: consistent(_read), ())

@@ -5,9 +5,8 @@ that shares the agent's network namespace, its flags from /proc/PID/cmdline and 
 file read through /proc/PID/root (the file lives in kube-proxy's container, not in ours). Or, with
 `--kube-proxy-config FILE`, from that file alone.
 
-The file is YAML or JSON. Only a handful of fields matter here, and KubeProxyConfiguration is a
-plain tree of mappings, scalars and lists, so a small line parser reads it (no PyYAML dependency);
-anything it does not understand is an error, reported, never guessed.
+The file is YAML or JSON, read with PyYAML's safe loader (flow mappings, anchors and block
+scalars included, as kube-proxy accepts them); a file that is not YAML is an error, reported.
 
 Also here: the kernel's route lookups that hint at the node's primary IP (read-only RTM_GETROUTE).
 Nothing in this module raises for an expected failure; each result carries its status.
@@ -17,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from agent.snapshot import Reading
 
@@ -130,146 +130,27 @@ def _from_flags(flags: dict[str, str], where: str) -> dict[str, Any]:
 # --- the configuration file -----------------------------------------------------------------
 
 
-def _strip_comment(line: str) -> str:
-    quote: str | None = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[:i]
-    return line
-
-
-def _scalar(text: str) -> Any:
-    text = text.strip()
-    if text in ("", "~", "null", "Null", "NULL"):
-        return None
-    if text.startswith('"'):
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"bad double-quoted string {text[:40]!r}") from exc
-    if text.startswith("'"):
-        if len(text) < 2 or not text.endswith("'"):
-            raise ConfigError(f"bad single-quoted string {text[:40]!r}")
-        return text[1:-1].replace("''", "'")
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise ConfigError(f"multi-line flow sequences are not supported: {text[:40]!r}")
-        inner = text[1:-1].strip()
-        return [_scalar(p) for p in _split_flow(inner)] if inner else []
-    if text.startswith("{"):
-        if text.replace(" ", "") == "{}":
-            return {}
-        raise ConfigError(f"flow mappings are not supported: {text[:40]!r}")
-    if text[0] in "&*!|>":
-        raise ConfigError(f"YAML feature not supported here: {text[:40]!r}")
-    if text in ("true", "True", "TRUE"):
-        return True
-    if text in ("false", "False", "FALSE"):
-        return False
-    return text
-
-
-def _split_flow(text: str) -> list[str]:
-    parts, cur, quote = [], "", None
-    for ch in text:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ",":
-            parts.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur)
-    return parts
-
-
-_KEY = re.compile(r"""^("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s'"#:][^:]*?)\s*:(?:\s+(.*)|)$""")
-
-
-def _parse_block(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[Any, int]:
-    if lines[i][1] == "-" or lines[i][1].startswith("- "):
-        return _parse_seq(lines, i, indent)
-    return _parse_map(lines, i, indent)
-
-
-def _parse_seq(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[list[Any], int]:
-    out: list[Any] = []
-    while i < len(lines) and lines[i][0] == indent and (lines[i][1] + " ").startswith("- "):
-        rest = lines[i][1][1:].lstrip()
-        if not rest:
-            if i + 1 < len(lines) and lines[i + 1][0] > indent:
-                value, i = _parse_block(lines, i + 1, lines[i + 1][0])
-                out.append(value)
-            else:
-                out.append(None)
-                i += 1
-        elif _KEY.match(rest) and not rest.startswith(("'", '"', "[")):
-            # "- key: value": a mapping whose first line starts after the dash
-            inner = indent + len(lines[i][1]) - len(rest)
-            lines[i] = (inner, rest)
-            value, i = _parse_map(lines, i, inner)
-            out.append(value)
-        else:
-            out.append(_scalar(rest))
-            i += 1
-    return out, i
-
-
-def _parse_map(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[dict[str, Any], int]:
-    out: dict[str, Any] = {}
-    while i < len(lines) and lines[i][0] == indent:
-        text = lines[i][1]
-        if text.startswith("- "):
-            break
-        m = _KEY.match(text)
-        if not m:
-            raise ConfigError(f"cannot read line {text[:60]!r}")
-        key = _scalar(m.group(1)) if m.group(1)[0] in "\"'" else m.group(1)
-        rest = m.group(2)
-        i += 1
-        if rest is not None and rest.strip():
-            out[str(key)] = _scalar(rest)
-        elif i < len(lines) and lines[i][0] > indent:
-            out[str(key)], i = _parse_block(lines, i, lines[i][0])
-        elif i < len(lines) and lines[i][0] == indent and (lines[i][1] + " ").startswith("- "):
-            out[str(key)], i = _parse_seq(lines, i, indent)  # a list at the key's indent
-        else:
-            out[str(key)] = None
-    if i < len(lines) and lines[i][0] > indent:
-        raise ConfigError(f"unexpected indentation at {lines[i][1][:60]!r}")
-    return out, i
+# The pure-Python safe loader (no Python tags): the file is small, and its messages are the
+# same whether or not PyYAML was built with libyaml.
+_LOADER = yaml.SafeLoader
 
 
 def parse_yaml(text: str) -> list[Any]:
-    """Every document of a YAML file of mappings, sequences and plain/quoted scalars."""
-    docs: list[list[tuple[int, str]]] = [[]]
-    for raw in text.splitlines():
-        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-            raise ConfigError("tab in indentation")
-        line = _strip_comment(raw).rstrip()
-        if line.startswith("%"):
-            continue
-        if line == "---" or line.startswith("--- ") or line == "...":
-            docs.append([])
-            continue
-        if line.strip():
-            docs[-1].append((len(line) - len(line.lstrip()), line.strip()))
-    out = []
-    for lines in docs:
-        if not lines:
-            continue
-        value, end = _parse_block(lines, 0, lines[0][0])
-        if end != len(lines):
-            raise ConfigError(f"cannot read line {lines[end][1][:60]!r}")
-        out.append(value)
-    return out
+    """Every document of a YAML file, read by PyYAML's safe loader (YAML 1.1, as kube-proxy's
+    sigs.k8s.io/yaml reads it: `yes` is true)."""
+    try:
+        return list(yaml.load_all(text, Loader=_LOADER))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not YAML: {_yaml_problem(exc)}") from exc
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: what and where (`mapping values are not allowed here, line 3 column 9`)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f", line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        return f"{exc.problem}{where}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def parse_config_text(text: str) -> dict[str, Any]:

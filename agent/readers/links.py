@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from agent.netlink import RtNetlink, attrs
+from agent.netlink import RtNetlink, attrs, consistent
 from agent.readers._timing import timed
 from agent.snapshot import Link, Links, Reading
 
@@ -57,4 +57,4 @@ def _read() -> Links:
 
 
 def read() -> Reading[Links]:
-    return timed(_read, Links(kube_ipvs0=None))
+    return timed(lambda: consistent(_read), Links(kube_ipvs0=None))

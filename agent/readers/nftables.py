@@ -13,7 +13,15 @@ import sys
 from collections import Counter
 
 from agent.kernel import Presence, presence
-from agent.netlink import NetlinkError, NfTables, attr, attrs, count_attrs, nul_text
+from agent.netlink import (
+    NetlinkError,
+    NfTables,
+    attr,
+    attrs,
+    consistent,
+    count_attrs,
+    nul_text,
+)
 from agent.readers._timing import Absent, timed
 from agent.snapshot import NftSet, NftTable, Reading
 
@@ -155,4 +163,4 @@ def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
 
 def read(detail: bool = True) -> Reading[tuple[NftTable, ...]]:
     """Every table; with `detail`, chain counts and the sizes of kube-proxy's sets and maps."""
-    return timed(lambda: _read(detail), ())
+    return timed(lambda: consistent(lambda: _read(detail)), ())

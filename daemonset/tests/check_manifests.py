@@ -30,6 +30,7 @@ AGENT_METRICS = {
     "ipvs_leftovers_ipset_entries",
     "ipvs_leftovers_iptables_chains",
     "ipvs_leftovers_iptables_rules",
+    "ipvs_leftovers_iptables_mode_chains",
     "ipvs_leftovers_kube_proxy_mode_info",
     "ipvs_leftovers_nftables_mode_confirmed",
     "ipvs_leftovers_nftables_kernel_ready",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,4 +95,34 @@ def test_off_by_default(netns: Callable[[], str], tmp_path: Path) -> None:
         time.sleep(2)
         samples = scrape(ns, URL)["samples"]
     assert "ipvs_leftovers_cleanup_runs_total" not in str(samples)
+    assert dump(ns) == before
+
+
+def test_an_unwritable_lock_folder_is_logged_each_run_and_serving_goes_on(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """The lock path runs through a regular file: each run logs one line and counts `error`;
+    no traceback, no exception escaping the tick, and /metrics keeps answering."""
+    ns = netns()
+    build.build(ns, realistic_node(nftables_table=True))
+    before = dump(ns)
+    (tmp_path / "file").write_text("")
+    args = list(_auto(tmp_path, "1s"))
+    args[args.index("--lock-file") + 1] = str(tmp_path / "file" / "cleanup.lock")
+    with (
+        start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"),
+        serving(ns, *args) as proc,
+    ):
+        samples = _wait(ns, 'ipvs_leftovers_cleanup_runs_total{outcome="error"}', 2, 60)
+        assert samples['ipvs_leftovers_cleanup_runs_total{outcome="error"}'] >= 2
+        assert samples["ipvs_leftovers_stale"] == 1  # still serving the node's state
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if "cannot create the lock file" in line]
+    assert len(errors) >= 2
+    assert all(
+        f"cannot create the lock file {tmp_path / 'file' / 'cleanup.lock'} (Not a directory" in line
+        for line in errors
+    )
     assert dump(ns) == before

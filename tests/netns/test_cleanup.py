@@ -52,7 +52,7 @@ def node(
         yield ns, kp
 
 
-def apply(ns: str, tmp: Path, *extra: str) -> Any:
+def apply(ns: str, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Any:
     return run_agent(
         ns,
         "cleanup",
@@ -62,6 +62,7 @@ def apply(ns: str, tmp: Path, *extra: str) -> Any:
         "--lock-file",
         str(tmp / "cleanup.lock"),
         *extra,
+        env=env,
     )
 
 
@@ -469,3 +470,64 @@ def test_set_destroys_go_many_to_a_send_and_keep_each_answer(netns: Callable[[],
     assert int(out[1]) == -(-3001 // 128)  # ceil: 128 requests to a send
     left = build.run(["ip", "netns", "exec", ns, "ipset", "list", "-n"]).split()
     assert sorted(left) == ["KUBE-T1500", "user-list"]
+
+
+def _read_only(folder: Path) -> tuple[str, ...]:
+    """A prefix that runs the agent with `folder` bind-mounted read-only (own mount namespace)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    return ("unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder))
+
+
+@pytest.mark.parametrize(
+    ("which", "how"),
+    [
+        ("lock", "under-a-file"),
+        ("lock", "read-only"),
+        ("backup", "under-a-file"),
+        ("backup", "read-only"),
+    ],
+)
+def test_an_unwritable_lock_or_backup_folder_is_one_line_and_exit_4(
+    netns: Callable[[], str], tmp_path: Path, which: str, how: str
+) -> None:
+    """A read-only hostPath or a path through a regular file: one line saying what to do, exit 4,
+    nothing changed, never a traceback."""
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / "file" if how == "under-a-file" else tmp_path / "ro"
+    lock = folder / "cleanup.lock" if which == "lock" else tmp_path / "cleanup.lock"
+    backups = folder / "backups" if which == "backup" else tmp_path / "backups"
+    prefix = _read_only(folder) if how == "read-only" else ()
+    with node(netns, tmp_path, state=CONFIRMED) as (ns, _):
+        before = dump(ns)
+        args = ("--backup-dir", str(backups), "--lock-file", str(lock))
+        r = run_agent(ns, "cleanup", "--apply", *args, prefix=prefix)
+        assert r.rc == 4, r
+        reason = "Not a directory" if how == "under-a-file" else "Read-only file system"
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        if which == "lock":
+            assert lines[0].startswith(f"ipvs-leftovers: cannot create the lock file {lock} ")
+            assert "point --lock-file at a writable folder; nothing was changed" in lines[0]
+        else:
+            assert lines[0].startswith(f"ipvs-leftovers: cannot write the backup under {backups} ")
+            assert "point --backup-dir at a writable folder; nothing was changed" in lines[0]
+        assert reason in lines[0]
+        assert dump(ns) == before
+
+
+def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """From `kubectl debug node/...` the host's lock is /host/run/xtables.lock: the agent passes
+    XTABLES_LOCKFILE to iptables, so a holder of that file (kube-proxy, the kubelet) is waited
+    for. Here the test holds it; the legacy restore waits and runs past --tool-timeout."""
+    import fcntl
+
+    lockfile = tmp_path / "host-run" / "xtables.lock"
+    lockfile.parent.mkdir()
+    with node(netns, tmp_path, backend="legacy") as (ns, _), open(lockfile, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = apply(ns, tmp_path, "--tool-timeout", "3", env={"XTABLES_LOCKFILE": str(lockfile)})
+    assert r.rc == 4, r
+    assert "iptables-legacy-restore did not finish within 3s" in r.stdout, r.stdout

@@ -221,7 +221,8 @@ def test_no_kube_proxy_process_visible_warns_for_what_needs_the_config(
         ),
         (
             "mode: ipvs\n  bad: indent\n",
-            "cannot parse --kube-proxy-config {path}: unexpected indentation at 'bad: indent'",
+            "cannot parse --kube-proxy-config {path}: not YAML: mapping values are not "
+            "allowed here, line 2 column 6",
         ),
     ],
     ids=["missing", "wrong-kind", "garbage"],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import __version__
 from lab import build
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
@@ -44,7 +45,7 @@ def test_scrape_equals_audit_and_has_no_node_label(
     assert metrics_view(samples) == audit_view(doc)
     assert metrics_view(samples)["stale"] is True
     assert samples['ipvs_leftovers_kube_proxy_mode_info{mode="nftables"}'] == 1
-    assert samples['ipvs_leftovers_build_info{version="0.1.0"}'] == 1
+    assert samples[f'ipvs_leftovers_build_info{{version="{__version__}"}}'] == 1
     assert all("node=" not in key and "instance=" not in key for key in samples)
     assert all(samples[f'ipvs_leftovers_source_up{{source="{s}"}}'] == 1 for s in doc["sources"])
 

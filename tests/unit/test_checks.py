@@ -278,8 +278,42 @@ def test_kubeadm_config_map() -> None:
             None,
         ),
         ("# comment\nmode: ipvs # trailing\n", "ipvs", None),
+        # What the hand-written parser refused and kube-proxy accepts (issue 14):
+        (
+            "kind: KubeProxyConfiguration\nfeatureGates: {A: true, B: false}\nmode: nftables\n",
+            "nftables",
+            None,
+        ),
+        (
+            "kind: KubeProxyConfiguration\nnodePortAddresses: &lan [10.0.0.0/8]\n"
+            "x-copy: *lan\nmode: &m ipvs\nclusterCIDR: *m\n",
+            "ipvs",
+            ("10.0.0.0/8",),
+        ),
+        ("kind: KubeProxyConfiguration\nmode: >-\n  nftables\n", "nftables", None),
+        # `|` keeps the newline: kube-proxy gets "ipvs\n" too (and refuses it as a mode)
+        ("kind: KubeProxyConfiguration\nmode: |\n  ipvs\n", "ipvs\n", None),
+        (
+            "kind: KubeProxyConfiguration\nnodePortAddresses: [\n  10.0.0.0/8,\n  primary]\n",
+            None,
+            ("10.0.0.0/8", "primary"),
+        ),
     ],
-    ids=["plain", "empty", "flow", "block", "empty-list", "json", "multi-doc", "no-kind"],
+    ids=[
+        "plain",
+        "empty",
+        "flow",
+        "block",
+        "empty-list",
+        "json",
+        "multi-doc",
+        "no-kind",
+        "flow-mapping",
+        "anchors",
+        "folded-block-scalar",
+        "literal-block-scalar",
+        "multi-line-flow",
+    ],
 )
 def test_config_shapes(text: str, mode: str | None, npa: tuple[str, ...] | None) -> None:
     values = kpc.settings(kpc.parse_config_text(text), "f")
@@ -291,10 +325,14 @@ def test_config_shapes(text: str, mode: str | None, npa: tuple[str, ...] | None)
     ("text", "message"),
     [
         ("kind: KubeletConfiguration\nmode: ipvs\n", "kind KubeletConfiguration"),
-        ("kind: KubeProxyConfiguration\nmode: ipvs\n   stray: 1\n", "unexpected indentation"),
-        ("kind: KubeProxyConfiguration\nmode: |\n  ipvs\n", "not supported"),
+        (
+            "kind: KubeProxyConfiguration\nmode: ipvs\n   stray: 1\n",
+            "^not YAML: mapping values are not allowed here, line 3 column 9$",
+        ),
+        ("kind: KubeProxyConfiguration\nmode: *nowhere\n", "^not YAML: found undefined alias"),
+        ("kind: KubeProxyConfiguration\nmode: !!python/name:os.system ''\n", "^not YAML: "),
         ("{not json", "not JSON"),
-        ("just text\n", "cannot read line"),
+        ("just text\n", "no KubeProxyConfiguration document in it"),
         ("kind: KubeProxyConfiguration\nnodePortAddresses: 10.0.0.0/8\n", "not a list"),
         ("kind: KubeProxyConfiguration\nipvs:\n  strictARP: maybe\n", "not a boolean"),
     ],
@@ -773,3 +811,17 @@ def test_readiness_metrics() -> None:
         "ipvs_leftovers_nftables_kernel_ready": 0.0,
         "ipvs_leftovers_foreign_references": 0.0,
     }
+
+
+def test_yaml_booleans_and_anchors_in_nested_fields() -> None:
+    """YAML 1.1 as kube-proxy reads it: `yes` is true; an alias carries the anchored mapping."""
+    text = (
+        "kind: KubeProxyConfiguration\n"
+        "defaults: &d {strictARP: yes, scheduler: rr}\n"
+        "ipvs: *d\n"
+        "iptables:\n  localhostNodePorts: off\n"
+    )
+    values = kpc.settings(kpc.parse_config_text(text), "f")
+    assert values["ipvs_strict_arp"] is True
+    assert values["ipvs_scheduler"] == "rr"
+    assert values["localhost_node_ports"] is False

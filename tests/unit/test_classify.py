@@ -184,7 +184,7 @@ def test_kube_firewall_in_two_tables_has_two_owners_in_both_backends() -> None:
         assert o[f"{p}/nat KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-KUBELET-CANARY"] is Owner.KUBELET
         assert o[f"{p}/mangle KUBE-IPTABLES-HINT"] is Owner.KUBELET
-        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.UNKNOWN_KUBE  # iptables mode's
+        assert o[f"{p}/nat KUBE-SVC-ABCDEF"] is Owner.IPTABLES_LEFTOVER
         assert o[f"{p}/nat DOCKER"] is Owner.FOREIGN
         assert o[f"{p}/nat POSTROUTING -> KUBE-POSTROUTING"] is Owner.IPVS_LEFTOVER
         assert o[f"{p}/filter INPUT -> KUBE-IPVS-FILTER"] is Owner.IPVS_LEFTOVER
@@ -341,3 +341,11 @@ def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
     )
     assert evidence_sets_needed([svc("198.51.100.0", 20000)], LINKS) == frozenset()  # the probe
     assert evidence_sets_needed([svc(None, None, "FWM", fwmark=1)], LINKS) == frozenset()
+
+
+def test_sets_of_the_first_ipset_releases_name_address_and_port() -> None:
+    """1.9-1.10's KUBE-SERVICE-ACCESS held `IP,proto:port` of every ClusterIP (older-releases
+    doc): a virtual server it names is kube-proxy's."""
+    sets = (Ipset("KUBE-SERVICE-ACCESS", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",)),)
+    o = owners({"ipvs": (svc("10.96.0.1", 443),), "links": LINKS, "ipsets": sets})
+    assert o["TCP 10.96.0.1:443"] is Owner.IPVS_LEFTOVER
