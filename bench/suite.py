@@ -512,6 +512,7 @@ def profile_cleanup(ns: str, out: Path, n: int, work: Path) -> str:
 
 
 def main() -> int:
+    global AGENT  # the installed copy bench/run made (what a user runs), else this checkout's
     ap = argparse.ArgumentParser(prog="python -m bench.suite")
     ap.add_argument("--sizes", default="1000,5000,10000,20000")
     ap.add_argument("--repeat", type=int, default=3)
@@ -525,7 +526,6 @@ def main() -> int:
     ap.add_argument("--agent", default=AGENT, help="the ipvs-leftovers command timed")
     ap.add_argument("--node-exporter", default="/usr/bin/prometheus-node-exporter")
     args = ap.parse_args()
-    global AGENT  # the installed copy bench/run made (what a user runs), else this checkout's
     AGENT = args.agent
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.profile_at not in sizes:
