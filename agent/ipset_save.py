@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.netlink import IpsetNetlink, attrs, nul_text
-from agent.readers.ipsets import format_entry
+from agent.readers.ipsets import format_entry, members_of
 
 TYPENAME, REVISION, FAMILY, DATA, ADT, SETNAME, PROTOCOL, INDEX = 3, 4, 5, 7, 8, 2, 1, 11
 # IPSET_ATTR_* inside the header's DATA (create options and kernel-only counts)
@@ -102,15 +102,8 @@ def _one(nl: IpsetNetlink, name: str) -> list[str]:
         if not lines:
             lines.append(_header(name, top)[0])
         adt = top.get(ADT)
-        if adt is None:
-            continue
-        offset = 0
-        while offset + 4 <= len(adt):  # a list of DATA attributes, one per member
-            length = struct.unpack_from("=H", adt, offset)[0]
-            if length < 4:
-                break
-            lines.append(_member(name, adt[offset + 4 : offset + length]))
-            offset += (length + 3) & ~3
+        if adt is not None:
+            lines += (_member(name, data) for data in members_of(adt))
     return lines
 
 

@@ -41,30 +41,27 @@ class IpvsDest:
     tun_flags: int = 0
 
 
-class LazyDests(Sequence[IpvsDest]):
-    """Real servers as the kernel sent them, decoded on first look.
+class _DeferredDests(Sequence[IpvsDest]):
+    """Real servers decoded (or fetched) on first look; compares equal to their tuple."""
 
-    The scrape and the counts only need how many there are; decoding ~3 per Service was 40% of
-    reading IPVS at 1,000 Services. Compares equal to the tuple of the decoded servers.
-    """
+    __slots__ = ("_decoded",)
 
-    __slots__ = ("_raw", "_decode", "_decoded")
-
-    def __init__(
-        self, raw: tuple[memoryview, ...], decode: Callable[[memoryview], IpvsDest]
-    ) -> None:
-        self._raw = raw
-        self._decode = decode
+    def __init__(self) -> None:
         self._decoded: tuple[IpvsDest, ...] | None = None
+
+    def _load(self) -> tuple[IpvsDest, ...]:
+        raise NotImplementedError
+
+    def _known_length(self) -> int:
+        raise NotImplementedError
 
     def _all(self) -> tuple[IpvsDest, ...]:
         if self._decoded is None:
-            self._decoded = tuple(self._decode(r) for r in self._raw)
-            self._raw = ()
+            self._decoded = self._load()
         return self._decoded
 
     def __len__(self) -> int:
-        return len(self._decoded) if self._decoded is not None else len(self._raw)
+        return len(self._decoded) if self._decoded is not None else self._known_length()
 
     @overload
     def __getitem__(self, i: int) -> IpvsDest: ...
@@ -85,7 +82,32 @@ class LazyDests(Sequence[IpvsDest]):
         return repr(self._all())
 
 
-class CountedDests(Sequence[IpvsDest]):
+class LazyDests(_DeferredDests):
+    """Real servers as the kernel sent them, decoded on first look.
+
+    The scrape and the counts only need how many there are; decoding ~3 per Service was 40% of
+    reading IPVS at 1,000 Services.
+    """
+
+    __slots__ = ("_raw", "_decode")
+
+    def __init__(
+        self, raw: tuple[memoryview, ...], decode: Callable[[memoryview], IpvsDest]
+    ) -> None:
+        super().__init__()
+        self._raw = raw
+        self._decode = decode
+
+    def _load(self) -> tuple[IpvsDest, ...]:
+        decoded = tuple(self._decode(r) for r in self._raw)
+        self._raw = ()
+        return decoded
+
+    def _known_length(self) -> int:
+        return len(self._raw)
+
+
+class CountedDests(_DeferredDests):
     """Real servers known by their number only, fetched from the kernel on first look.
 
     The IPVS reader counts each virtual server's real servers in /proc/net/ip_vs, one read
@@ -95,38 +117,18 @@ class CountedDests(Sequence[IpvsDest]):
     the length is that of what it got.
     """
 
-    __slots__ = ("_count", "_fetch", "_decoded")
+    __slots__ = ("_count", "_fetch")
 
     def __init__(self, count: int, fetch: Callable[[], tuple[IpvsDest, ...]]) -> None:
+        super().__init__()
         self._count = count
         self._fetch = fetch
-        self._decoded: tuple[IpvsDest, ...] | None = None
 
-    def _all(self) -> tuple[IpvsDest, ...]:
-        if self._decoded is None:
-            self._decoded = self._fetch()
-        return self._decoded
+    def _load(self) -> tuple[IpvsDest, ...]:
+        return self._fetch()
 
-    def __len__(self) -> int:
-        return len(self._decoded) if self._decoded is not None else self._count
-
-    @overload
-    def __getitem__(self, i: int) -> IpvsDest: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[IpvsDest]: ...
-    def __getitem__(self, i: int | slice) -> IpvsDest | Sequence[IpvsDest]:
-        return self._all()[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return self._all() == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        return repr(self._all())
+    def _known_length(self) -> int:
+        return self._count
 
 
 @dataclass(frozen=True)

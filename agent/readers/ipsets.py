@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from agent.kernel import Presence, presence
 from agent.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
@@ -70,19 +70,23 @@ def format_entry(data: memoryview) -> str:
     return ",".join(parts)
 
 
+def members_of(adt: memoryview) -> Iterator[memoryview]:
+    """Each member's DATA in an IPSET_ATTR_ADT (a list of DATA attributes, one per member)."""
+    offset = 0
+    while offset + 4 <= len(adt):
+        length = struct.unpack_from("=H", adt, offset)[0]
+        if length < 4:
+            break
+        yield adt[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
+
+
 def _members(nl: IpsetNetlink, name: str) -> tuple[str, ...]:
     out: list[str] = []
     for p in nl.list(name):  # large sets span several messages
         adt = attrs(p, 4).get(ADT)
-        if adt is None:
-            continue
-        offset = 0
-        while offset + 4 <= len(adt):  # a list of DATA attributes, one per member
-            length = struct.unpack_from("=H", adt, offset)[0]
-            if length < 4:
-                break
-            out.append(format_entry(adt[offset + 4 : offset + length]))
-            offset += (length + 3) & ~3
+        if adt is not None:
+            out += map(format_entry, members_of(adt))
     return tuple(out)
 
 
