@@ -417,7 +417,8 @@ def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
 
 @main.command()
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
-def restore(bundle: str) -> None:
+@TOOL_TIMEOUT
+def restore(bundle: str, tool_timeout: float) -> None:
     """Replay a backup bundle written by cleanup --apply. Exit 0 restored, 4 error."""
     from pathlib import Path
 
@@ -427,7 +428,7 @@ def restore(bundle: str) -> None:
 
     _require_permission()
     try:
-        replay(Path(bundle), click.echo)
+        replay(Path(bundle), click.echo, tool_timeout)
     except (BundleError, ToolError, OSError) as exc:
         fail(f"restore of {bundle} failed: {exc}", exitcodes.ERROR)
     click.echo(f"restored {bundle}")

@@ -96,12 +96,18 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
             rt.command(RTM_NEWLINK, _ifinfo(index, IFF_UP, IFF_UP))
 
 
-def restore(folder: Path, say: Callable[[str], None]) -> None:
+def restore(
+    folder: Path, say: Callable[[str], None], timeout: float = tools.DEFAULT_TIMEOUT
+) -> None:
     """Raises BundleError, tools.ToolError or OSError on the first step that fails."""
     if not (folder / "plan.json").is_file():
         raise BundleError(f"{folder} has no plan.json: not a bundle written by cleanup --apply")
     if (folder / "ipset.save").exists():
-        tools.run(["ipset", "restore", "-exist"], stdin=(folder / "ipset.save").read_text())
+        tools.run(
+            ["ipset", "restore", "-exist"],
+            stdin=(folder / "ipset.save").read_text(),
+            timeout=timeout,
+        )
         say("restored ipsets")
     if (folder / "kube-ipvs0.json").exists():
         _link(json.loads((folder / "kube-ipvs0.json").read_text()), say)
@@ -109,10 +115,14 @@ def restore(folder: Path, say: Callable[[str], None]) -> None:
     for path in sorted(folder.glob("iptables-*-*.restore")):
         _, backend, family = path.stem.split("-")
         prefix = "ip6tables" if family == "ipv6" else "iptables"
-        tools.run([f"{prefix}-{backend}-restore", "-w", "30", "--noflush"], stdin=path.read_text())
+        tools.run(
+            [f"{prefix}-{backend}-restore", "-w", "30", "--noflush"],
+            stdin=path.read_text(),
+            timeout=timeout,
+        )
         say(f"restored iptables {backend} {family}")
     if (folder / "ipvsadm.rules").exists():
-        tools.run(["ipvsadm", "-R"], stdin=(folder / "ipvsadm.rules").read_text())
+        tools.run(["ipvsadm", "-R"], stdin=(folder / "ipvsadm.rules").read_text(), timeout=timeout)
         say("restored IPVS virtual servers")
     if (folder / "sysctls.json").exists():
         for name, value in json.loads((folder / "sysctls.json").read_text()).items():

@@ -261,7 +261,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             # The rollback an operator runs: the bundle back, timed against the tools loading
             # the same objects from scratch (the rebuild after the baseline below).
             bundle = next(backup.iterdir())
-            t, _ = timed(lab_build.in_ns(ns, AGENT, "restore", str(bundle)))
+            t, _ = timed(lab_build.in_ns(ns, AGENT, "restore", str(bundle), *TOOL_TIMEOUT))
             restores.append(t)
             shutil.rmtree(backup, ignore_errors=True)
             check_same(ns, fingerprint, "restore after cleanup --apply")
