@@ -48,6 +48,7 @@ class Result:
     remaining: int = 0
     bundle: Path | None = None
     finished_at: float = 0.0
+    window: float = 0.0  # seconds from the first change to the last
 
     def removed_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -87,8 +88,9 @@ def _locked(
     plan: Plan,
     say: Callable[[str], None],
     note: Callable[[str], None],
-) -> tuple[Path, list[Outcome]]:
-    """Gate, backup, re-check and execute, under the lock; raises before any change."""
+) -> tuple[Path, list[Outcome], float]:
+    """Gate, backup, re-check and execute, under the lock; raises before any change. Also
+    returns how long the node was half-cleaned: from the first change to the last."""
     refusal = gate_refusal(col)
     if refusal:
         raise Refused(refusal)
@@ -121,7 +123,9 @@ def _locked(
         detail = f": {o.detail}" if o.detail else ""
         say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
 
-    return bundle, execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
+    started = time.monotonic()
+    outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
+    return bundle, outcomes, time.monotonic() - started
 
 
 def apply(
@@ -146,9 +150,10 @@ def apply(
                 say("nothing to remove")
                 code = exitcodes.REMAINS if col.classification.removable else exitcodes.OK
                 return Result(code, plan, finished_at=time.time())
-            bundle, outcomes = _locked(collect, settings, col, plan, say, note)
+            bundle, outcomes, window = _locked(collect, settings, col, plan, say, note)
     except lock.LockError as exc:
         raise CleanupError(f"{exc}; nothing was changed") from exc
+    say(f"changes: first to last in {window:.3f}s")
     after = collect().classification
     remaining = after.removable
     say(
@@ -164,4 +169,4 @@ def apply(
         code = exitcodes.ERROR
     else:
         code = exitcodes.REMAINS if remaining else exitcodes.OK
-    return Result(code, plan, outcomes, len(remaining), bundle, time.time())
+    return Result(code, plan, outcomes, len(remaining), bundle, time.time(), window)

@@ -28,6 +28,7 @@ from agent.ipvs_wire import (
 from agent.netlink import NLA_F_NESTED, attr
 from agent.readers.ipvs import parse_dest
 from agent.snapshot import (
+    Ipset,
     IpvsService,
     Kernel,
     KubeProxy,
@@ -63,9 +64,12 @@ def workload() -> float:
         ip = f"10.96.{i // 250}.{i % 250 + 1}"
         services.append(IpvsService(4, "TCP", ip, 80, 0, "rr", 0, 0, dests))
     addrs = tuple(f"{s.address}/32" for s in services)
+    # an IPVS service is kube-proxy's when a KUBE- set member names its address and port
+    members = tuple(f"{s.address},tcp:{s.port}" for s in services)
+    cluster_ip = Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, N, 1, members)
     snap = Snapshot(
         ipvs=Reading("ok", tuple(services)),
-        ipsets=Reading("ok", ()),
+        ipsets=Reading("ok", (cluster_ip,)),
         iptables_legacy=Reading("ok", ()),
         iptables_nft=Reading("ok", ()),
         nftables=Reading("ok", ()),

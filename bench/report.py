@@ -8,6 +8,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# The DaemonSet's scrape interval (daemonset/podmonitor.yaml): CPU per scrape over it.
+SCRAPE_INTERVAL_S = 30.0
+
+
+def node_cpu_share(r: dict[str, Any], meta: dict[str, Any]) -> float | None:
+    """% of one core a real node spends scraping: the VM's CPU seconds per scrape, scaled by
+    the host/VM Python speed ratio (bench/calibrate.py), over the scrape interval."""
+    cpu, host, vm = (
+        r.get("serve_cpu_per_scrape_s"),
+        meta.get("calibrate_host_s"),
+        meta.get("calibrate_vm_s"),
+    )
+    if cpu is None or not host or not vm:
+        return None
+    return 100 * cpu * host / vm / SCRAPE_INTERVAL_S
+
+
+# Issue 15's targets, against the tools operators already run (ratios within one run).
+PEER_TARGETS = (
+    ("warm scrape / node_exporter ipvs-only scrape", "scrape_s", "ne_scrape_s", 1.0),
+    ("cleanup --apply / kube-proxy --cleanup", "cleanup_s", "kp_cleanup_s", 1.0),
+    ("cleanup change window / kube-proxy --cleanup", "cleanup_window_s", "kp_cleanup_s", 0.5),
+    ("restore / the tools loading the same state", "restore_s", "rebuild_s", 1.2),
+    ("cold audit / shell pipeline", "audit_s", "pipeline_s", 1.0),
+)
+
 # (label, value, limit): the issue's targets at 10,000 Services
 TARGETS = (
     ("warm scrape / shell pipeline", lambda r: r["scrape_s"] / r["pipeline_s"], 1.0, "x"),
@@ -28,6 +54,10 @@ GROWTH = (
     ("cold audit", "audit_s"),
     ("warm scrape", "scrape_s"),
     ("cleanup --apply", "cleanup_s"),
+    ("cleanup change window", "cleanup_window_s"),
+    ("restore", "restore_s"),
+    ("node_exporter ipvs scrape", "ne_scrape_s"),
+    ("kube-proxy --cleanup", "kp_cleanup_s"),
     ("baseline cleanup", "baseline_cleanup_s"),
     ("cleanup procedure floor", "cleanup_floor_s"),
     ("audit peak RSS", "audit_rss_mb"),
@@ -48,7 +78,7 @@ def _f(x: float | None, d: int = 2) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     m, rs = doc["meta"], doc["results"]
     out = [
-        "# Benchmark results (issue 6)",
+        "# Benchmark results (issues 6 and 15)",
         "",
         f"Command: `{m['command']}`  ",
         f"Date: {m.get('date', '?')}; commit {m.get('commit', '?')}  ",
@@ -122,6 +152,62 @@ def markdown(doc: dict[str, Any]) -> str:
             have = [r["n"] for r in rs if r.get(key)]
             span = f"{have[0]:,} → {have[-1]:,}" if len(have) >= 2 else "—"
             out.append(f"| {label} | {_f(g.get(key))} | {span} |")
+    out += [
+        "",
+        "## Against the tools operators already run (issue 15)",
+        "",
+        "node_exporter: Debian's `prometheus-node-exporter --collector.disable-defaults "
+        "--collector.ipvs` in the same namespace, warm scrape and VmHWM. kube-proxy: real "
+        "`kube-proxy --cleanup` on the same state (no NFTablesProxyMode gate: nftables untouched). "
+        "Change window: cleanup's own first-to-last-change time. restore: `ipvs-leftovers "
+        "restore BUNDLE` after the cleanup; tools: `ipset restore`, `iptables-nft-restore`, "
+        "`ip -batch`, `ipvsadm -R` loading the same objects from scratch. CPU per scrape: "
+        "serve's user+system CPU per timed scrape in the VM.",
+        "",
+        "| Services | warm scrape | node_exporter | ratio (≤1) | serve MB | node_exporter MB "
+        "| cleanup | change window | kube-proxy --cleanup | cleanup ratio (≤1) "
+        "| window ratio (≤0.5) | restore | tools | restore ratio (≤1.2) | audit / pipeline (≤1) "
+        "| serve CPU s/scrape (VM) | node, % of a core at 30 s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rs:
+        out.append(
+            f"| {r['n']:,} | {_f(r.get('scrape_s'))} | {_f(r.get('ne_scrape_s'))} | "
+            f"{_f(_ratio(r, 'scrape_s', 'ne_scrape_s'))} | {_f(r.get('serve_rss_mb'), 0)} | "
+            f"{_f(r.get('ne_rss_mb'), 0)} | {_f(r.get('cleanup_s'))} | "
+            f"{_f(r.get('cleanup_window_s'))} | {_f(r.get('kp_cleanup_s'))} | "
+            f"{_f(_ratio(r, 'cleanup_s', 'kp_cleanup_s'))} | "
+            f"{_f(_ratio(r, 'cleanup_window_s', 'kp_cleanup_s'))} | {_f(r.get('restore_s'))} | "
+            f"{_f(r.get('rebuild_s'))} | {_f(_ratio(r, 'restore_s', 'rebuild_s'))} | "
+            f"{_f(_ratio(r, 'audit_s', 'pipeline_s'))} | "
+            f"{_f(r.get('serve_cpu_per_scrape_s'), 3)} | {_f(node_cpu_share(r, m), 3)} |"
+        )
+    notes = [f"- {r['n']:,}: kube-proxy --cleanup: {x}" for r in rs for x in r.get("kp_notes", [])]
+    if notes:
+        out += ["", *notes]
+    for at in (r for r in rs if r["n"] in (1000, 10000, 20000) and r.get("ne_scrape_s")):
+        out += [
+            "",
+            f"### Issue 15 targets at {at['n']:,} Services",
+            "",
+            "| target | value | limit | met |",
+            "|---|---:|---:|:---:|",
+        ]
+        for label, a, b, limit in PEER_TARGETS:
+            v = _ratio(at, a, b)
+            met = "—" if v is None else ("yes" if v <= limit else "**no**")
+            out.append(f"| {label} | {_f(v)}x | ≤ {limit:g}x | {met} |")
+        share = node_cpu_share(at, m)
+        met = "—" if share is None else ("yes" if share < 1.0 else "**no**")
+        out.append(f"| serve CPU on a node, % of one core | {_f(share, 3)} | < 1 | {met} |")
+        if at["n"] == 20000:
+            for label, key, limit in (
+                ("peak RSS, serve (MiB)", "serve_rss_mb", 64.0),
+                ("peak RSS, audit (MB)", "audit_rss_mb", 100.0),
+            ):
+                v = at.get(key)
+                met = "—" if v is None else ("yes" if v <= limit else "**no**")
+                out.append(f"| {label} | {_f(v, 0)} | ≤ {limit:g} | {met} |")
     out += [
         "",
         "## Cleanup against the least SPEC §5's procedure can cost",

@@ -1,16 +1,19 @@
-"""Scrape client for the warm-scrape measure: python bench/scrape.py URL K.
+"""Scrape client for the warm-scrape measure: python bench/scrape.py URL K [node_exporter].
 
-Waits for /healthz, scrapes /metrics once to warm the server, then times K scrapes (the
-request only: a new connection each, as Prometheus does). Prints JSON. Fails if any
-source_up is 0, so a timed-out source cannot pass for a fast scrape.
+Waits for /healthz (node_exporter: /metrics), scrapes /metrics once to warm the server, then
+times K scrapes (the request only: a new connection each, as Prometheus does). Prints JSON.
+Fails if any source_up is 0, so a timed-out source cannot pass for a fast scrape; for
+node_exporter, unless its ipvs collector succeeded and listed every real server.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 
@@ -24,14 +27,21 @@ def get(host: str, port: int, path: str) -> tuple[int, bytes]:
         c.close()
 
 
+def _cpu(pid: str) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     u = urlparse(sys.argv[1])
     k = int(sys.argv[2])
     host, port = u.hostname or "127.0.0.1", u.port or 9437
+    peer = len(sys.argv) > 3 and sys.argv[3] == "node_exporter"
+    ready = "/metrics" if peer else "/healthz"
     deadline = time.monotonic() + 300
     while True:
         try:
-            if get(host, port, "/healthz")[0] == 200:
+            if get(host, port, ready)[0] == 200:
                 break
         except OSError:
             pass
@@ -43,6 +53,8 @@ def main() -> int:
     code, body = get(host, port, "/metrics")
     first = time.perf_counter() - s
     timed = []
+    cpu_pid = os.environ.get("SCRAPE_CPU_PID")
+    cpu0 = _cpu(cpu_pid) if cpu_pid else 0.0
     for _ in range(k):
         s = time.perf_counter()
         code, body = get(host, port, "/metrics")
@@ -50,6 +62,18 @@ def main() -> int:
         if code != 200:
             print(f"/metrics answered {code}: {body[:500]!r}", file=sys.stderr)
             return 1
+    # the server's CPU seconds (user + system) per timed scrape, from /proc/PID/stat
+    cpu = (_cpu(cpu_pid) - cpu0) / k if cpu_pid else None
+    if peer:
+        text = body.decode()
+        ok = 'node_scrape_collector_success{collector="ipvs"} 1' in text
+        backends = sum(line.startswith("node_ipvs_backend_weight{") for line in text.splitlines())
+        if not ok or not backends:
+            print(f"node_exporter's ipvs collector failed: {text[-800:]}", file=sys.stderr)
+            return 1
+        doc = {"first": first, "timed": timed, "bytes": len(body), "backends": backends}
+        print(json.dumps({**doc, "cpu_per_scrape": cpu}))
+        return 0
     down = [
         line
         for line in body.decode().splitlines()
@@ -58,7 +82,7 @@ def main() -> int:
     if down or b"ipvs_leftovers_stale 1.0" not in body:
         print(f"unexpected scrape: sources down {down}; stale must be 1", file=sys.stderr)
         return 1
-    print(json.dumps({"first": first, "timed": timed, "bytes": len(body)}))
+    print(json.dumps({"first": first, "timed": timed, "bytes": len(body), "cpu_per_scrape": cpu}))
     return 0
 
 

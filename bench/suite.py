@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import fastbuild, report
+from bench import calibrate, fastbuild, report
 from lab import build as lab_build
 from lab.kube_proxy import start_fake_kube_proxy
 
@@ -219,6 +219,11 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
         # --- (d) warm scrape ------------------------------------------------------------------
         res.update(warm_scrape(ns, k, work, n))
         log(f"n={n}: warm scrape {res['scrape_s']:.2f}s, serve VmHWM {res['serve_rss_mb']:.0f}MB")
+        res.update(node_exporter_scrape(ns, k, work, n, args.node_exporter))
+        log(
+            f"n={n}: node_exporter (ipvs only) scrape {res['ne_scrape_s']:.2f}s, "
+            f"VmHWM {res['ne_rss_mb']:.0f}MB, {res['ne_backends']} backends"
+        )
 
         if args.profile_at == n:
             res["profile"] = profile(ns, args.out, n)
@@ -227,6 +232,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
         # --- (e) cleanup vs baseline ---------------------------------------------------------
         ck = args.cleanup_repeat or k
         agent_c, base_c, rebuild, backup_tools, cleanup_rss = [], [], [], [], []
+        windows, restores = [], []
         for i in range(ck):
             backup_tools.append(timed(lab_build.in_ns(ns, "bash", "-c", BACKUP_TOOLS))[0])
             backup, lock = work / f"backup-{n}-{i}", work / f"lock-{n}"
@@ -248,12 +254,17 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
                 )
             )
             agent_c.append(t)
+            windows.append(change_window(out))
             cleanup_rss.append(peak_rss_mb(rss_file))
             res["backup_mb"] = sum(f.stat().st_size for f in backup.rglob("*") if f.is_file()) / 1e6
-            shutil.rmtree(backup, ignore_errors=True)
             check_clean(ns, "cleanup --apply")
-            rebuild.append(fastbuild.rebuild_leftovers(ns, texts))
-            check_same(ns, fingerprint, "rebuild after cleanup --apply")
+            # The rollback an operator runs: the bundle back, timed against the tools loading
+            # the same objects from scratch (the rebuild after the baseline below).
+            bundle = next(backup.iterdir())
+            t, _ = timed(lab_build.in_ns(ns, AGENT, "restore", str(bundle), *TOOL_TIMEOUT))
+            restores.append(t)
+            shutil.rmtree(backup, ignore_errors=True)
+            check_same(ns, fingerprint, "restore after cleanup --apply")
             t, _ = timed(lab_build.in_ns(ns, "bash", "-c", BASELINE_CLEANUP))
             base_c.append(t)
             check_clean(ns, "baseline cleanup")
@@ -261,11 +272,16 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             check_same(ns, fingerprint, "rebuild after baseline cleanup")
         res.update(
             cleanup_s=med(agent_c),
+            cleanup_window_s=med(windows),
+            restore_s=med(restores),
             baseline_cleanup_s=med(base_c),
             rebuild_s=med(rebuild),
             backup_tools_s=med(backup_tools),
             cleanup_rss_mb=max(cleanup_rss),
         )
+        res["samples"].update(cleanup_window=windows, restore=restores, rebuild=rebuild)
+        if args.kube_proxy:
+            res.update(kube_proxy_cleanup(ns, ck, texts, fingerprint, args.kube_proxy, log))
         # The least SPEC §5's procedure can cost: the deletions (the baseline), the backup
         # tools, and three reads of the node (plan, re-check before the first change,
         # re-audit) with one interpreter start.
@@ -280,6 +296,11 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             res["profile"]["cleanup"] = profile_cleanup(ns, args.out, n, work)
             check_clean(ns, "cleanup --apply under cProfile")
         log(
+            f"n={n}: change window {res['cleanup_window_s']:.2f}s, restore {res['restore_s']:.2f}s "
+            f"vs the tools from scratch {res['rebuild_s']:.2f}s, kube-proxy --cleanup "
+            f"{res.get('kp_cleanup_s', 0):.2f}s"
+        )
+        log(
             f"n={n}: cleanup {res['cleanup_s']:.2f}s baseline {res['baseline_cleanup_s']:.2f}s "
             f"(rebuild {res['rebuild_s']:.1f}s) procedure floor {res['cleanup_floor_s']:.2f}s "
             f"cleanup {res['cleanup_rss_mb']:.0f}MB"
@@ -289,6 +310,45 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             kp.stop()
         lab_build.delete_netns(ns)
     return res
+
+
+def change_window(out: str) -> float:
+    """cleanup's own 'changes: first to last in Xs' line: how long the node was half-cleaned."""
+    m = re.search(r"^changes: first to last in ([0-9.]+)s$", out, re.M)
+    if m is None:
+        raise SystemExit(f"cleanup printed no change window: {out[-1000:]}")
+    return float(m.group(1))
+
+
+def kube_proxy_cleanup(  # type: ignore[no-untyped-def]
+    ns: str, rounds: int, texts: dict[str, str], fingerprint: str, binary: str, log
+) -> dict[str, Any]:
+    """Real `kube-proxy --cleanup` on the same state: its wall time. Without the
+    NFTablesProxyMode gate (alpha in 1.30) it leaves nftables alone: it flushes IPVS (every
+    virtual server), deletes kube-ipvs0, the iptables- and ipvs-mode chains and jumps, and
+    the ipvs-mode sets (cmd/kube-proxy/app/server_linux.go platformCleanup). Whatever it
+    removes that the rebuild does not put back is recorded, not fatal."""
+    times, notes = [], []
+    for _ in range(rounds):
+        s = time.perf_counter()
+        p = sh(lab_build.in_ns(ns, binary, "--cleanup", "-v=0"))
+        times.append(time.perf_counter() - s)
+        if p.returncode != 0:
+            notes.append(f"exit {p.returncode}: {p.stderr[-300:]}")
+        pc = pipeline_counts(sh(lab_build.in_ns(ns, "bash", "-c", PIPELINE)).stdout)
+        left = {k: v for k, v in pc.items() if k != "nft_tables" and v}
+        if left:
+            notes.append(f"left {left}")
+        fastbuild.rebuild_leftovers(ns, texts)
+        now = state_fingerprint(ns)
+        if now != fingerprint:
+            diff = difflib.unified_diff(
+                fingerprint.splitlines(), now.splitlines(), lineterm="", n=0
+            )
+            notes.append("after rebuild the node differs: " + " / ".join(list(diff)[2:12]))
+            log(f"kube-proxy --cleanup: {notes[-1]}")
+            break
+    return {"kp_cleanup_s": med(times), "kp_notes": notes, "samples_kp_cleanup": times}
 
 
 def check_clean(ns: str, what: str) -> None:
@@ -328,30 +388,71 @@ def warm_scrape(ns: str, k: int, work: Path, n: int) -> dict[str, Any]:
         p = sh(
             lab_build.in_ns(ns, PY, str(REPO / "bench/scrape.py"), "http://127.0.0.1:9437", str(k)),
             timeout=3600,
+            env={**os.environ, "SCRAPE_CPU_PID": str(proc.pid)},  # `ip netns exec` execs
         )
         if p.returncode != 0:
             raise SystemExit(
                 f"scrape failed: {p.stderr[-2000:]} serve log: {log_path.read_text()[-2000:]}"
             )
         d = json.loads(p.stdout)
-        hwm = 0.0
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) / 1024
+        hwm = _vm_hwm(proc.pid)
         return {
             "scrape_s": med(d["timed"]),
             "scrape_first_s": d["first"],
             "serve_rss_mb": hwm,
             "scrape_bytes": d["bytes"],
             "samples_scrape": d["timed"],
+            "serve_cpu_per_scrape_s": d["cpu_per_scrape"],
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def node_exporter_scrape(ns: str, k: int, work: Path, n: int, binary: str) -> dict[str, Any]:
+    """node_exporter with only its ipvs collector (it reads /proc/net/ip_vs and
+    /proc/net/ip_vs_stats of its namespace), on loopback: warm scrape time, peak RSS, CPU."""
+    log_path = work / f"node-exporter-{n}.log"
+    cmd = [binary, "--collector.disable-defaults", "--collector.ipvs"]
+    cmd += ["--web.listen-address=127.0.0.1:9100"]
+    with log_path.open("wb") as lf:
+        proc = subprocess.Popen(lab_build.in_ns(ns, *cmd), stdout=subprocess.DEVNULL, stderr=lf)
+    try:
+        scrape = [PY, str(REPO / "bench/scrape.py"), "http://127.0.0.1:9100", str(k)]
+        p = sh(
+            lab_build.in_ns(ns, *scrape, "node_exporter"),
+            timeout=3600,
+            env={**os.environ, "SCRAPE_CPU_PID": str(proc.pid)},
+        )
+        if p.returncode != 0:
+            log_tail = log_path.read_text()[-2000:]
+            raise SystemExit(f"node_exporter scrape failed: {p.stderr[-2000:]} log: {log_tail}")
+        d = json.loads(p.stdout)
+        return {
+            "ne_scrape_s": med(d["timed"]),
+            "ne_rss_mb": _vm_hwm(proc.pid),
+            "ne_scrape_bytes": d["bytes"],
+            "ne_backends": d["backends"],
+            "ne_cpu_per_scrape_s": d["cpu_per_scrape"],
+            "samples_ne_scrape": d["timed"],
+        }
+    finally:
+        _stop(proc)
+
+
+def _vm_hwm(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def profile(ns: str, out: Path, n: int) -> dict[str, str]:
@@ -411,6 +512,7 @@ def profile_cleanup(ns: str, out: Path, n: int, work: Path) -> str:
 
 
 def main() -> int:
+    global AGENT  # the installed copy bench/run made (what a user runs), else this checkout's
     ap = argparse.ArgumentParser(prog="python -m bench.suite")
     ap.add_argument("--sizes", default="1000,5000,10000,20000")
     ap.add_argument("--repeat", type=int, default=3)
@@ -420,7 +522,11 @@ def main() -> int:
     ap.add_argument("--profile-at", type=int, default=10000)
     ap.add_argument("--command", default="bench/run", help="recorded in results.md")
     ap.add_argument("--meta", default="{}", help="JSON recorded in results.json (host facts)")
+    ap.add_argument("--kube-proxy", default="", help="a kube-proxy binary: time --cleanup")
+    ap.add_argument("--agent", default=AGENT, help="the ipvs-leftovers command timed")
+    ap.add_argument("--node-exporter", default="/usr/bin/prometheus-node-exporter")
     args = ap.parse_args()
+    AGENT = args.agent
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.profile_at not in sizes:
         args.profile_at = max((s for s in sizes if s <= args.profile_at), default=sizes[-1])
@@ -436,8 +542,11 @@ def main() -> int:
     if not os.access("/usr/bin/time", os.X_OK):
         raise SystemExit("bench: /usr/bin/time missing (Debian package 'time')")
     subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "dummy"], check=True)
+    # the same pure-Python workload as on the host (bench/run): converts VM CPU to a node's
+    calibrate_vm = sorted(calibrate.workload() for _ in range(3))[1]
     meta = {
         **json.loads(args.meta),
+        "calibrate_vm_s": calibrate_vm,
         "kernel": platform.release(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -463,6 +572,10 @@ def main() -> int:
         "cleanup_s",
         "baseline_cleanup_s",
         "cleanup_floor_s",
+        "cleanup_window_s",
+        "restore_s",
+        "ne_scrape_s",
+        "kp_cleanup_s",
         "build_s",
         "audit_rss_mb",
         "serve_rss_mb",

@@ -7,9 +7,9 @@ in network byte order.
 from __future__ import annotations
 
 import errno
-import ipaddress
+import socket
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from agent.kernel import Presence, presence
 from agent.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
@@ -33,8 +33,19 @@ def _addr(view: memoryview | None) -> str | None:
     if view is None:
         return None
     a = attrs(view)
-    raw = a.get(IPADDR_IPV4) or a.get(IPADDR_IPV6)
-    return None if raw is None else str(ipaddress.ip_address(bytes(raw)))
+    raw = a.get(IPADDR_IPV4)
+    if raw is not None:
+        return socket.inet_ntop(socket.AF_INET, raw)
+    raw = a.get(IPADDR_IPV6)
+    # inet_ntop, as ipset prints them (ipaddress spells ::ffff:a.b.c.d differently)
+    return None if raw is None else socket.inet_ntop(socket.AF_INET6, raw)
+
+
+def _with_prefix(ip: str, cidr: memoryview | None) -> str:
+    """`ip/len`, or just `ip` for a host prefix (/32, /128 for IPv6), as ipset prints it."""
+    if cidr is None or cidr[0] == (128 if ":" in ip else 32):
+        return ip
+    return f"{ip}/{cidr[0]}"
 
 
 def format_entry(data: memoryview) -> str:
@@ -44,7 +55,7 @@ def format_entry(data: memoryview) -> str:
     ip = _addr(a.get(IP))
     cidr = a.get(CIDR)
     if ip is not None:
-        parts.append(f"{ip}/{cidr[0]}" if cidr is not None and cidr[0] not in (32, 128) else ip)
+        parts.append(_with_prefix(ip, cidr))
     port = _be(a.get(PORT), "!H")
     if port is not None:
         port_to = _be(a.get(PORT_TO), "!H")
@@ -55,24 +66,27 @@ def format_entry(data: memoryview) -> str:
         )
     ip2 = _addr(a.get(IP2))
     if ip2 is not None:
-        cidr2 = a.get(CIDR2)
-        parts.append(f"{ip2}/{cidr2[0]}" if cidr2 is not None else ip2)
+        parts.append(_with_prefix(ip2, a.get(CIDR2)))
     return ",".join(parts)
+
+
+def members_of(adt: memoryview) -> Iterator[memoryview]:
+    """Each member's DATA in an IPSET_ATTR_ADT (a list of DATA attributes, one per member)."""
+    offset = 0
+    while offset + 4 <= len(adt):
+        length = struct.unpack_from("=H", adt, offset)[0]
+        if length < 4:
+            break
+        yield adt[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
 
 
 def _members(nl: IpsetNetlink, name: str) -> tuple[str, ...]:
     out: list[str] = []
     for p in nl.list(name):  # large sets span several messages
         adt = attrs(p, 4).get(ADT)
-        if adt is None:
-            continue
-        offset = 0
-        while offset + 4 <= len(adt):  # a list of DATA attributes, one per member
-            length = struct.unpack_from("=H", adt, offset)[0]
-            if length < 4:
-                break
-            out.append(format_entry(adt[offset + 4 : offset + length]))
-            offset += (length + 3) & ~3
+        if adt is not None:
+            out += map(format_entry, members_of(adt))
     return tuple(out)
 
 

@@ -4,8 +4,10 @@ idempotence, interruption and restore. IPVS and kube-ipvs0 are covered in tests/
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -373,11 +375,17 @@ def test_a_tool_past_its_timeout_refuses_before_any_change(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
     """At 20,000 Services under the VM, `ipset save` outran the 60 s tool timeout: the cleanup
-    must then stop before the first change, say which tool and how to raise the limit."""
+    must then stop before the first change, say which tool and how to raise the limit. The
+    bundle's only tool run left is the whole-table iptables dump: the first run (the read)
+    passes, the backup's is slow."""
     slow = tmp_path / "bin"
     slow.mkdir()
-    (slow / "ipset").write_text("#!/bin/sh\nsleep 30\n")
-    (slow / "ipset").chmod(0o755)
+    real = shutil.which("iptables-nft-save", path="/usr/sbin:/sbin:/usr/bin")
+    marker = tmp_path / "read-once"
+    (slow / "iptables-nft-save").write_text(
+        f'#!/bin/sh\nif [ -e {marker} ]; then sleep 30; fi\ntouch {marker}\nexec {real} "$@"\n'
+    )
+    (slow / "iptables-nft-save").chmod(0o755)
     with node(netns, tmp_path, state=CONFIRMED) as (ns, _):
         before = dump(ns)
         r = run_agent(
@@ -395,7 +403,7 @@ def test_a_tool_past_its_timeout_refuses_before_any_change(
         assert r.rc == 4, r
         assert r.stderr.strip().splitlines() == [
             f"ipvs-leftovers: cannot write the backup under {tmp_path / 'backup'}: "
-            "ipset did not finish within 1s; nothing was changed"
+            "iptables-nft-save did not finish within 1s; nothing was changed"
         ]
         assert dump(ns) == before
 
@@ -404,6 +412,64 @@ def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) ->
     r = run_agent(netns(), "cleanup", "--tool-timeout", "0")
     assert r.rc == 2
     assert "--tool-timeout" in r.stderr
+
+
+BATCHED_DESTROY = """
+import sys
+from agent import netlink
+from agent.executor import execute
+from agent.plan import Step
+from agent.snapshot import Ipset
+
+sends = []
+real = netlink.NetlinkSocket.commands
+
+
+class Counting:
+    def __init__(self, sock):
+        self._sock = sock
+
+    def send(self, data):
+        sends.append(len(data))
+        return self._sock.send(data)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def commands(self, requests):
+    self._sock = Counting(self._sock)
+    return real(self, requests)
+
+
+netlink.NetlinkSocket.commands = commands
+names = sys.argv[1:]
+steps = [Step(3, "destroy-ipset", n, (), ipset=Ipset(n, "hash:ip", 4, 0, 0)) for n in names]
+print(" ".join(o.result for o in execute(tuple(steps), lambda o: None)))
+print(len(sends))
+"""
+
+
+def test_set_destroys_go_many_to_a_send_and_keep_each_answer(netns: Callable[[], str]) -> None:
+    """3,000 destroys in a few sends (not 3,000 round trips), each answered on its own: a set
+    held by a list:set is kept, a missing one is gone, the rest are destroyed, in plan order."""
+    ns = netns()
+    names = [f"KUBE-T{i}" for i in range(3000)]
+    text = "".join(f"create {n} hash:ip\n" for n in names)
+    text += "create user-list list:set\nadd user-list KUBE-T1500\n"
+    subprocess.run(build.in_ns(ns, "ipset", "restore"), input=text, text=True, check=True)
+    args = [*names, "KUBE-MISSING"]
+    out = subprocess.run(
+        build.in_ns(ns, sys.executable, "-c", BATCHED_DESTROY, *args),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    results = out[0].split()
+    assert results == ["done"] * 1500 + ["kept"] + ["done"] * 1499 + ["gone"]
+    assert int(out[1]) == -(-3001 // 128)  # ceil: 128 requests to a send
+    left = build.run(["ip", "netns", "exec", ns, "ipset", "list", "-n"]).split()
+    assert sorted(left) == ["KUBE-T1500", "user-list"]
 
 
 def _read_only(folder: Path) -> tuple[str, ...]:

@@ -79,6 +79,9 @@ def test_a_broken_source_is_source_up_0_and_the_rest_still_report(
 ) -> None:
     ns = netns()
     build.build(ns, realistic_node(backend="legacy"))
+    # an iptables-nft table, so that the nft reader runs its (broken) save tool: without one
+    # it has nothing to read and runs no tool
+    build.run(["ip", "netns", "exec", ns, "iptables-nft", "-t", "filter", "-N", "PROBE"])
     path = broken_tool_dir(tmp_path, "iptables-nft-save", body)
     with serving(ns, "--source-timeout", timeout, env={"PATH": path}):
         samples = scrape(ns, f"{URL}/metrics")["samples"]

@@ -1,0 +1,198 @@
+"""`ipvsadm -S -n` text written from a reading, byte for byte as ipvsadm 1.31 prints it.
+
+The backup bundle used to run `ipvsadm -S -n` and keep the removed services' lines: at 10,000
+Services that process re-read the whole IPVS table the agent had just read. Here the same text
+comes from the reading (ipvsadm.c print_service_entry with FMT_RULE|FMT_NUMERIC).
+
+Order: ipvsadm sorts with glibc qsort and comparators that subtract unsigned 32-bit numbers
+into an int (libipvs ipvs_cmp_services/ipvs_cmp_dests), so two addresses 2^31 or more apart
+compare the "wrong" way and the order is not a total order. When every compared field of a
+group lies within 2^31 of the others the comparator is a total order and any sort gives
+ipvsadm's; otherwise the merge sort glibc (<= 2.36, Debian 12) runs is replayed with that
+comparator.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from agent.snapshot import IpvsDest, IpvsService
+
+_PROTO_OPTION = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
+_FWD_SWITCH = {"masq": "-m", "tunnel": "-i", "local": "-g", "route": "-g"}
+_TUN_NAMES = ("ipip", "gue", "gre")
+_TUN_FLAG_OPTS = ("--tun-nocsum", "--tun-csum", "--tun-remcsum")
+_SCHED_FLAGS = {
+    "sh": ((0x8, "sh-fallback"), (0x10, "sh-port")),
+    "mh": ((0x8, "mh-fallback"), (0x10, "mh-port")),
+}
+_OTHER_SCHED_FLAGS = ((0x8, "flag-1"), (0x10, "flag-2"), (0x20, "flag-3"))
+F_PERSISTENT, F_ONEPACKET, F_SCHED_ANY = 0x1, 0x4, 0x38
+_AF = {4: socket.AF_INET, 6: socket.AF_INET6}
+
+T = TypeVar("T")
+
+
+def _words(address: str | None) -> tuple[int, ...]:
+    """An address as libipvs compares it: one u32 (IPv4) or four (IPv6), host order."""
+    if not address:
+        return (0,)
+    if ":" in address:
+        return struct.unpack("!4I", socket.inet_pton(socket.AF_INET6, address))
+    return struct.unpack("!I", socket.inet_aton(address))
+
+
+def _int32(x: int) -> int:
+    """C's conversion of an unsigned 32-bit difference to int."""
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+def _cmp_words(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    r = 0
+    for x, y in zip(a, b, strict=False):
+        r = _int32(x - y)
+        if r:
+            break
+    return r
+
+
+def _svc_fields(s: IpvsService) -> tuple[int, int, int, tuple[int, ...], int]:
+    proto = {"TCP": 6, "UDP": 17, "SCTP": 132}.get(s.protocol, 0)
+    return (s.fwmark or 0, _AF[s.family], proto, _words(s.address), s.port or 0)
+
+
+def cmp_services(a: IpvsService, b: IpvsService) -> int:
+    """libipvs ipvs_cmp_services."""
+    fa, fb = _svc_fields(a), _svc_fields(b)
+    r = _int32(fa[0] - fb[0])
+    if r:
+        return r
+    r = fa[1] - fb[1]
+    if r:
+        return r
+    r = fa[2] - fb[2]
+    if r:
+        return r
+    r = _cmp_words(fa[3], fb[3])
+    return r if r else fa[4] - fb[4]
+
+
+def cmp_dests(a: IpvsDest, b: IpvsDest) -> int:
+    """libipvs ipvs_cmp_dests."""
+    r = _cmp_words(_words(a.address), _words(b.address))
+    return r if r else a.port - b.port
+
+
+def _glibc_msort(items: list[T], cmp: Callable[[T, T], int]) -> list[T]:
+    """glibc's msort_with_tmp: halves n//2 and n - n//2; ties take the left run."""
+    n = len(items)
+    if n <= 1:
+        return items
+    left, right = _glibc_msort(items[: n // 2], cmp), _glibc_msort(items[n // 2 :], cmp)
+    out: list[T] = []
+    i = j = 0
+    while i < len(left) and j < len(right):
+        if cmp(left[i], right[j]) <= 0:
+            out.append(left[i])
+            i += 1
+        else:
+            out.append(right[j])
+            j += 1
+    return out + left[i:] + right[j:]
+
+
+def _spread_ok(rows: Sequence[tuple[int, ...]]) -> bool:
+    """Every column within 2^31: the wrapping subtraction then orders like real numbers."""
+    return all(max(col) - min(col) < 1 << 31 for col in zip(*rows, strict=True)) if rows else True
+
+
+def sort_services(services: Sequence[IpvsService]) -> list[IpvsService]:
+    fields = [_svc_fields(s) for s in services]
+    # fwmark and the address words are the only fields whose subtraction can wrap; the
+    # addresses are compared only between services of one family
+    by_af: dict[int, list[tuple[int, ...]]] = {}
+    for f in fields:
+        by_af.setdefault(f[1], []).append(f[3])
+    if _spread_ok([(f[0],) for f in fields]) and all(map(_spread_ok, by_af.values())):
+        order = sorted(range(len(services)), key=fields.__getitem__)
+        return [services[i] for i in order]
+    return _glibc_msort(list(services), cmp_services)
+
+
+def sort_dests(dests: Sequence[IpvsDest]) -> list[IpvsDest]:
+    words = [_words(d.address) for d in dests]
+    if len({len(w) for w in words}) <= 1 and _spread_ok(words):
+        order = sorted(range(len(dests)), key=lambda i: (words[i], dests[i].port))
+        return [dests[i] for i in order]
+    return _glibc_msort(list(dests), cmp_dests)
+
+
+def _host(address: str | None, family: int, port: int | None) -> str:
+    return f"[{address}]:{port}" if family == 6 else f"{address}:{port}"
+
+
+def _service_name(s: IpvsService) -> str:
+    if s.fwmark:
+        mark = _int32(s.fwmark)  # printed with %d
+        return f"-f {mark} -6" if s.family == 6 else f"-f {mark}"
+    option = _PROTO_OPTION.get(s.protocol, "--xxx-service")
+    return f"{option} {_host(s.address, s.family, s.port)}"
+
+
+def _service_line(s: IpvsService, name: str) -> str:
+    words = [f"-A {name} -s {s.scheduler}"]
+    if s.flags & F_PERSISTENT:
+        words.append(f" -p {s.timeout}")
+        if s.family == 4 and s.netmask != 0xFFFFFFFF:
+            words.append(f" -M {socket.inet_ntoa(struct.pack('=I', s.netmask))}")
+        if s.family == 6 and s.netmask != 128:
+            words.append(f" -M {s.netmask}")
+    if s.pe_name:
+        words.append(f" --pe {s.pe_name}")
+    if s.flags & F_ONEPACKET:
+        words.append(" -o")
+    if s.flags & F_SCHED_ANY:
+        table = _SCHED_FLAGS.get(s.scheduler, _OTHER_SCHED_FLAGS)
+        words.append(" -b " + ",".join(text for bit, text in table if s.flags & bit))
+    return "".join(words)
+
+
+def _dest_line(name: str, d: IpvsDest) -> str:
+    family = 6 if ":" in d.address else 4
+    head = f"-a {name} -r {_host(d.address, family, d.port)} "
+    head += f"{_FWD_SWITCH.get(d.forward, '(null)')} -w {d.weight}"
+    if d.forward != "tunnel":
+        return head
+    if d.tun_type == 2:  # gre
+        return f"{head} --tun-type gre {_TUN_FLAG_OPTS[d.tun_flags]}"
+    if d.tun_type == 1:  # gue
+        return f"{head} --tun-type gue --tun-port {d.tun_port} {_TUN_FLAG_OPTS[d.tun_flags]}"
+    if d.tun_type == 0:
+        return f"{head} --tun-type ipip"
+    return head
+
+
+def supported(s: IpvsService) -> bool:
+    """Whether this module prints `s` as ipvsadm would (else the backup asks ipvsadm)."""
+    tunnels_ok = all(
+        d.forward != "tunnel" or d.tun_type == 0 or d.tun_flags < len(_TUN_FLAG_OPTS)
+        for d in s.dests
+    )
+    return s.family in _AF and tunnels_ok
+
+
+def save_text(services: Sequence[IpvsService]) -> str:
+    """The lines `ipvsadm -S -n` prints for exactly these services, in its order."""
+    lines: list[str] = []
+    for s in sort_services(services):
+        name = _service_name(s)
+        lines.append(_service_line(s, name))
+        lines += [_dest_line(name, d) for d in sort_dests(s.dests)]
+    return "".join(f"{line}\n" for line in lines)
+
+
+__all__ = ["save_text", "sort_services", "sort_dests", "supported"]

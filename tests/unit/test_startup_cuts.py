@@ -1,0 +1,97 @@
+"""Cold-start cuts of the one-shot commands: what they import, and the JSON they write."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from agent.backup import plan_document, plan_json
+from agent.plan import Kept, Plan, Step
+from agent.readers.kube_proxy import parse_samples
+
+
+def test_the_audit_path_and_its_metrics_parser_import_no_prometheus_client_or_pyroute2() -> None:
+    code = (
+        "import sys, agent.cli, agent.collect, agent.classify, agent.report, agent.backup, "
+        "agent.cleanup, agent.executor; "
+        "from agent.readers.kube_proxy import parse_metrics; "
+        "parse_metrics(b'kubeproxy_sync_proxy_rules_last_timestamp_seconds 1\\n'); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'prometheus_client', 'pyroute2'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_metrics_samples_with_escaped_labels_timestamps_and_special_values() -> None:
+    text = (
+        '# HELP x y\na{x="1\\"}2",y="z\\\\n"} 3 1700000000000\nb 1e3\nc{} NaN\nd{le="+Inf"} +Inf\n'
+    )
+    got = [(s.name, s.labels, s.value) for s in parse_samples(text)]
+    assert got[0] == ("a", {"x": '1"}2', "y": "z\\n"}, 3.0)
+    assert got[1] == ("b", {}, 1000.0)
+    assert got[2][0] == "c" and got[2][2] != got[2][2]  # NaN
+    assert got[3] == ("d", {"le": "+Inf"}, float("inf"))
+
+
+def test_plan_json_is_the_plan_document_one_step_a_line() -> None:
+    plan = Plan(
+        steps=(Step(1, "delete-ipvs-service", "TCP 10.96.0.1:443", ("a", "b")),),
+        kept=(Kept("ipset", "KUBE-X", "in use"),),
+    )
+    text = plan_json(plan)
+    assert json.loads(text) == plan_document(plan)
+    assert text.splitlines()[3].strip().startswith('{"phase": 1')
+    empty = Plan(steps=(), kept=())
+    assert json.loads(plan_json(empty)) == plan_document(empty)
+
+
+def test_node_address_filter_agrees_with_ipaddress() -> None:
+    import ipaddress
+    import socket
+
+    from agent.readers.links import _loopback_or_link_local
+
+    for text in (
+        "127.0.0.1",
+        "127.9.9.9",
+        "169.254.1.1",
+        "169.255.0.1",
+        "10.0.0.1",
+        "::1",
+        "fe80::1",
+        "febf::1",
+        "fec0::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",
+        "::",
+    ):
+        ip = ipaddress.ip_address(text)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        got = _loopback_or_link_local(family, memoryview(ip.packed))
+        assert got == (ip.is_loopback or ip.is_link_local), text
+
+
+def test_the_kube_proxy_client_imports_no_http_stack_and_reads_chunked_answers() -> None:
+    """A plain-socket GET: against a chunked HTTP/1.1 server (as Go's net/http answers an
+    unsized body) and a sized one, with no urllib, http.client or idna imported."""
+    code = """
+import socket, sys, threading
+from agent.readers.kube_proxy import _get
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
+answers = [
+    b"HTTP/1.1 200 OK\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n5;x=y\\r\\nhello\\r\\n6\\r\\n world\\r\\n0\\r\\n\\r\\n",
+    b"HTTP/1.1 503 Service Unavailable\\r\\nContent-Length: 4\\r\\n\\r\\nbusyXX",
+]
+def serve():
+    for a in answers:
+        c, _ = srv.accept(); c.recv(4096); c.sendall(a); c.close()
+threading.Thread(target=serve, daemon=True).start()
+url = f"http://127.0.0.1:{srv.getsockname()[1]}/metrics"
+print(_get(url, 5), _get(url, 5))
+print(sorted({"urllib.request", "http.client", "encodings.idna"} & set(sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "(200, b'hello world') (503, b'busy')"
+    assert second == "[]"
