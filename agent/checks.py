@@ -27,6 +27,7 @@ from agent.classify import (
     nftables_tables,
     sync_age,
 )
+from agent.plan import make_plan
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
 
@@ -577,11 +578,19 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
         for n, r in snap.sources().items()
         if n in _KERNEL_SOURCES and r.status == "error"
     ]
-    left = c.leftovers
+    # What cleanup keeps because foreign state still uses it (a CNI rule jumping to
+    # KUBE-MARK-MASQ) is not left over: removing it would break that state.
+    kept = {(k.kind, k.name): k.reason for k in make_plan(snap, c).kept}
+    held = [f for f in c.removable if (f.kind, f.name) in kept]
+    left = [f for f in c.leftovers if (f.kind, f.name) not in kept]
     # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
-    ipt = c.iptables_leftovers
+    ipt = [f for f in c.iptables_leftovers if (f.kind, f.name) not in kept]
+    notes = [
+        f"kept, still used by foreign state: {f.kind} {f.name} ({kept[(f.kind, f.name)]})"
+        for f in held
+    ]
     if not left and not ipt and not errors:
-        return _check("no-leftovers", "pass", "no ipvs-mode object on the node")
+        return _check("no-leftovers", "pass", "no ipvs-mode object on the node", *notes)
     counts = Counter(f.kind for f in left)
     evidence = list(errors)
     if ipt:
@@ -597,7 +606,7 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
             + " (ipvs-leftovers cleanup removes them)"
         )
         evidence += _listed([f"{f.kind} {f.name}" for f in left], 10)
-    return _check("no-leftovers", "fail", *evidence)
+    return _check("no-leftovers", "fail", *evidence, *notes)
 
 
 def check_kube_ipvs0_gone(snap: Snapshot) -> Check:

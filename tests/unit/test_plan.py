@@ -104,3 +104,29 @@ def test_kept_mark_masq_keeps_its_masquerade_unless_nftables_mode_honours_the_ma
             "legacy/ipv4/nat -A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j KUBE-MARK-MASQ)"
             f"; nftables mode (ip kube-proxy) masquerades {shown}, not KUBE-MARK-MASQ's 0x4000"
         )
+
+
+def test_verify_passes_over_an_object_kept_for_foreign_state() -> None:
+    """After cleanup a CNI rule still jumps to KUBE-MARK-MASQ (real kube-proxy tier, every
+    scenario): the chain is kept on purpose, so verify's no-leftovers says so and passes."""
+    from agent import checks
+
+    nat = """*nat
+:POSTROUTING ACCEPT [0:0]
+:CNI-HOSTPORT-SETMARK - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-A POSTROUTING -j CNI-HOSTPORT-SETMARK
+-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+COMMIT
+"""
+    snap = snapshot(legacy=nat)
+    c = checks.check_no_leftovers(snap, classify(snap, NOW))
+    assert c.status == "pass"
+    assert c.evidence == (
+        "no ipvs-mode object on the node",
+        "kept, still used by foreign state: chain legacy/ipv4/nat KUBE-MARK-MASQ (referenced by "
+        "legacy/ipv4/nat -A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ)",
+    )
+    stale = snapshot(legacy=nat.replace("-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\n", ""))
+    assert checks.check_no_leftovers(stale, classify(stale, NOW)).status == "fail"
