@@ -152,6 +152,8 @@ def test_the_scrape_deadline_is_honoured(netns: Callable[[], str], tmp_path: Pat
     """
     ns = netns()
     build.build(ns, realistic_node(backend="legacy"))
+    # an iptables-nft table, so that the nft reader runs its (hung) save tool at all
+    build.run(["ip", "netns", "exec", ns, "iptables-nft", "-t", "filter", "-N", "PROBE"])
     path = broken_tool_dir(tmp_path, "iptables-nft-save", "sleep 30")
     with serving(ns, "--source-timeout", "30", "--min-interval", "0", env={"PATH": path}):
         timed = fetch(
