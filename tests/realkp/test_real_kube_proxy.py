@@ -340,18 +340,20 @@ def test_metrics_and_stale_agree_with_audit(runs: dict[str, NodeRun], node: str,
     left = doc["leftovers"]
 
     def one(name: str, **labels: str) -> float:
-        return m[name][tuple(sorted(labels.items()))]
+        # `class_`: the label `class` (issue 14 renamed `owner`), spelt as Python allows
+        key = tuple(sorted((k.rstrip("_"), v) for k, v in labels.items()))
+        return m[name][key]
 
     assert one("ipvs_leftovers_stale") == float(doc["stale"])
     assert (
-        one("ipvs_leftovers_ipvs_virtual_servers", owner="kube-proxy")
+        one("ipvs_leftovers_ipvs_virtual_servers", class_="kube-proxy")
         == left["ipvs_virtual_servers"]
     )
     assert (
-        one("ipvs_leftovers_ipvs_virtual_servers", owner="foreign")
+        one("ipvs_leftovers_ipvs_virtual_servers", class_="foreign")
         == doc["foreign"]["ipvs_virtual_servers"]
     )
-    assert one("ipvs_leftovers_ipvs_real_servers", owner="kube-proxy") == left["ipvs_real_servers"]
+    assert one("ipvs_leftovers_ipvs_real_servers", class_="kube-proxy") == left["ipvs_real_servers"]
     for fam in ("ipv4", "ipv6"):
         assert one("ipvs_leftovers_ipsets", family=fam) == left["ipsets"][fam]
         assert one("ipvs_leftovers_ipset_entries", family=fam) == left["ipset_entries"][fam]
