@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import tools
+from agent import ipvsadm_rules, tools
 from agent.netlink import (
     NLA_F_NESTED,
     NLM_F_EXCL,
@@ -96,6 +96,16 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
             rt.command(RTM_NEWLINK, _ifinfo(index, IFF_UP, IFF_UP))
 
 
+def _ipvs(text: str, timeout: float) -> None:
+    """Over netlink, batched (agent.ipvsadm_rules); `ipvsadm -R` for a text with words that
+    module does not know."""
+    requests = ipvsadm_rules.parse(text)
+    if requests is None:
+        tools.run(["ipvsadm", "-R"], stdin=text, timeout=timeout)
+    else:
+        ipvsadm_rules.load(requests)
+
+
 def restore(
     folder: Path, say: Callable[[str], None], timeout: float = tools.DEFAULT_TIMEOUT
 ) -> None:
@@ -122,7 +132,7 @@ def restore(
         )
         say(f"restored iptables {backend} {family}")
     if (folder / "ipvsadm.rules").exists():
-        tools.run(["ipvsadm", "-R"], stdin=(folder / "ipvsadm.rules").read_text(), timeout=timeout)
+        _ipvs((folder / "ipvsadm.rules").read_text(), timeout)
         say("restored IPVS virtual servers")
     if (folder / "sysctls.json").exists():
         for name, value in json.loads((folder / "sysctls.json").read_text()).items():

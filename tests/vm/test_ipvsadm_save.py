@@ -85,6 +85,21 @@ assert dumps.count(CMD_GET_DEST) == len(services), (dumps.count(CMD_GET_DEST), l
 """
 
 
+def _node(netns: Callable[[], str]) -> str:
+    subprocess.run(["modprobe", "-a", *MODULES], check=True)
+    ns = netns()
+    # real servers need a unicast route
+    for cmd in (
+        "ip link add rs0 type dummy",
+        "ip link set rs0 up",
+        "ip route add 10.0.0.0/8 dev rs0",
+        "ip route add 192.168.0.0/16 dev rs0",
+        "ip -6 route add fd00::/8 dev rs0",
+    ):
+        subprocess.run(build.in_ns(ns, *cmd.split()), check=True)
+    return ns
+
+
 def _ipvsadm(ns: str, *args: str, stdin: str | None = None) -> str:
     p = subprocess.run(
         build.in_ns(ns, "ipvsadm", *args), input=stdin, capture_output=True, text=True
@@ -97,17 +112,7 @@ def _ipvsadm(ns: str, *args: str, stdin: str | None = None) -> str:
 def test_printed_rules_equal_ipvsadm_save_and_restore_back(
     netns: Callable[[], str], wrapping: int
 ) -> None:
-    subprocess.run(["modprobe", "-a", *MODULES], check=True)
-    ns = netns()
-    # real servers need a unicast route
-    for cmd in (
-        "ip link add rs0 type dummy",
-        "ip link set rs0 up",
-        "ip route add 10.0.0.0/8 dev rs0",
-        "ip route add 192.168.0.0/16 dev rs0",
-        "ip -6 route add fd00::/8 dev rs0",
-    ):
-        subprocess.run(build.in_ns(ns, *cmd.split()), check=True)
+    ns = _node(netns)
     _ipvsadm(ns, "-R", stdin=SHAPES + _wrapping_services(wrapping))
     want = _ipvsadm(ns, "-S", "-n")
     p = subprocess.run(build.in_ns(ns, sys.executable, "-c", PRINT), capture_output=True, text=True)
@@ -117,6 +122,41 @@ def test_printed_rules_equal_ipvsadm_save_and_restore_back(
     _ipvsadm(ns, "-C")
     _ipvsadm(ns, "-R", stdin=p.stdout)
     assert _ipvsadm(ns, "-S", "-n") == want
+
+
+LOAD = """
+import sys
+from agent import ipvsadm_rules
+from agent.netlink import NetlinkError
+requests = ipvsadm_rules.parse(sys.stdin.read())
+assert requests is not None, "a line ipvsadm_rules does not know"
+try:
+    ipvsadm_rules.load(requests)
+except NetlinkError as exc:
+    sys.exit(f"refused: {exc}")
+print(len(requests.services), len(requests.dests))
+"""
+
+
+def test_netlink_load_gives_the_table_ipvsadm_restore_gives(netns: Callable[[], str]) -> None:
+    """restore's batched load: every shape but tunnels (those go to `ipvsadm -R`)."""
+    text = "".join(
+        line for line in (SHAPES + _wrapping_services(300)).splitlines(True) if " -i " not in line
+    )
+    ns = _node(netns)
+    _ipvsadm(ns, "-R", stdin=text)
+    want = _ipvsadm(ns, "-S", "-n")
+    _ipvsadm(ns, "-C")
+    load = build.in_ns(ns, sys.executable, "-c", LOAD)
+    p = subprocess.run(load, input=text, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    services = sum(1 for line in text.splitlines() if line.startswith("-A "))
+    assert p.stdout.split() == [str(services), str(text.count("\n") - services)]
+    assert _ipvsadm(ns, "-S", "-n") == want
+    # loading it again is refused at its first line, which the message names
+    p = subprocess.run(load, input=text, capture_output=True, text=True)
+    first = text.splitlines()[0]
+    assert (p.returncode, p.stderr.strip()) == (1, f"refused: [Errno 17] {first}: File exists")
 
 
 DELETE = """
