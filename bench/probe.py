@@ -35,42 +35,92 @@ def main() -> int:
         t3("python -c pass", py, "-c", "pass")
         t3("python -S -c pass", py, "-S", "-c", "pass")
         t3("python -I -S -c pass", py, "-I", "-S", "-c", "pass")
-        for mod in ("json", "dataclasses", "click", "agent.cli", "agent.collect",
-                    "agent.classify", "agent.report"):
+        for mod in (
+            "json",
+            "dataclasses",
+            "click",
+            "agent.cli",
+            "agent.collect",
+            "agent.classify",
+            "agent.report",
+        ):
             t3(f"python -c 'import {mod}'", py, "-c", f"import {mod}")
         t3("pipeline", "bash", "-c", PIPELINE, ok=(0,))
         t3("audit --json", agent, "audit", "--json")
         t3("audit", agent, "audit")
-        p = subprocess.run(lab_build.in_ns(ns, py, "-X", "importtime", agent, "audit", "--json"),
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            lab_build.in_ns(ns, py, "-X", "importtime", agent, "audit", "--json"),
+            capture_output=True,
+            text=True,
+        )
         (out / f"importtime-{n}.txt").write_text(p.stderr)
-        subprocess.run(lab_build.in_ns(ns, py, "-m", "cProfile", "-o", str(out / "audit.prof"),
-                                       agent, "audit", "--json"), capture_output=True)
-        q = subprocess.run([py, "-c", "import pstats,sys; pstats.Stats(sys.argv[1]).sort_stats("
-                            "'cumulative').print_stats(60)", str(out / "audit.prof")],
-                           capture_output=True, text=True)
+        subprocess.run(
+            lab_build.in_ns(
+                ns, py, "-m", "cProfile", "-o", str(out / "audit.prof"), agent, "audit", "--json"
+            ),
+            capture_output=True,
+        )
+        q = subprocess.run(
+            [
+                py,
+                "-c",
+                "import pstats,sys; pstats.Stats(sys.argv[1]).sort_stats("
+                "'cumulative').print_stats(60)",
+                str(out / "audit.prof"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         (out / f"cprofile-audit-{n}.txt").write_text(q.stdout)
         # restore, step by step
         backup = out / "backup"
-        t, o = timed(lab_build.in_ns(ns, agent, "cleanup", "--apply", "--backup-dir", str(backup),
-                                     "--lock-file", str(out / "lock"), *TOOL_TIMEOUT))
+        t, o = timed(
+            lab_build.in_ns(
+                ns,
+                agent,
+                "cleanup",
+                "--apply",
+                "--backup-dir",
+                str(backup),
+                "--lock-file",
+                str(out / "lock"),
+                *TOOL_TIMEOUT,
+            )
+        )
         print(f"{'cleanup --apply':40s} {t:7.2f}s", flush=True)
         bundle = next(backup.iterdir())
         s = time.perf_counter()
-        p2 = subprocess.Popen(lab_build.in_ns(ns, agent, "restore", str(bundle), *TOOL_TIMEOUT),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p2 = subprocess.Popen(
+            lab_build.in_ns(ns, agent, "restore", str(bundle), *TOOL_TIMEOUT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert p2.stdout is not None
         for line in p2.stdout:
             print(f"  restore +{time.perf_counter() - s:6.2f}s {line.rstrip()}", flush=True)
         p2.wait()
         print(f"{'restore':40s} {time.perf_counter() - s:7.2f}s rc={p2.returncode}", flush=True)
-        subprocess.run(lab_build.in_ns(ns, py, "-m", "cProfile", "-o", str(out / "restore.prof"),
-                                       agent, "--help"), capture_output=True)
+        subprocess.run(
+            lab_build.in_ns(
+                ns, py, "-m", "cProfile", "-o", str(out / "restore.prof"), agent, "--help"
+            ),
+            capture_output=True,
+        )
         timed(lab_build.in_ns(ns, "bash", "-c", BASELINE_CLEANUP))
         run, in_ns = lab_build.run, lab_build.in_ns
         for label, fn in (
-            ("tools: ipset restore", lambda: run(in_ns(ns, "ipset", "restore", "-exist"), texts["ipset"])),
-            ("tools: iptables-nft-restore", lambda: run(in_ns(ns, "iptables-nft-restore", "-w", "10", "--noflush"), texts["iptables-rebuild"])),
+            (
+                "tools: ipset restore",
+                lambda: run(in_ns(ns, "ipset", "restore", "-exist"), texts["ipset"]),
+            ),
+            (
+                "tools: iptables-nft-restore",
+                lambda: run(
+                    in_ns(ns, "iptables-nft-restore", "-w", "10", "--noflush"),
+                    texts["iptables-rebuild"],
+                ),
+            ),
             ("tools: ip -batch", lambda: run(["ip", "-n", ns, "-batch", "-"], texts["ipbatch"])),
             ("tools: ipvsadm -R", lambda: run(in_ns(ns, "ipvsadm", "-R"), texts["ipvsadm"])),
         ):
@@ -79,8 +129,14 @@ def main() -> int:
             print(f"{label:40s} {time.perf_counter() - s:7.2f}s", flush=True)
         for f in sorted(bundle.iterdir()):
             print(f"  bundle {f.name} {f.stat().st_size} bytes", flush=True)
-        print(json.dumps({"ipset_lines": texts["ipset"].count("\n"),
-                          "ipvsadm_lines": texts["ipvsadm"].count("\n")}))
+        print(
+            json.dumps(
+                {
+                    "ipset_lines": texts["ipset"].count("\n"),
+                    "ipvsadm_lines": texts["ipvsadm"].count("\n"),
+                }
+            )
+        )
     finally:
         kp.stop()
         lab_build.delete_netns(ns)

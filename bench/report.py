@@ -237,6 +237,30 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{r['cleanup_s'] / (r['cleanup_floor_s'] - r['floor_inproc_s']):.2f} | "
             f"{_f(r.get('cleanup_rss_mb'), 0)} |"
         )
+    starts = [r for r in rs if r.get("startup_floor_s")]
+    if starts:
+        out += [
+            "",
+            "## Cold audit against the least a Python audit can cost",
+            "",
+            "What any `click` + `dataclasses` + `json` program pays before its first read (the "
+            "agent's interpreter importing the three), plus the raw netlink reads in-process "
+            "(bench/floor.py). The shell pipeline's tools are C programs that start in "
+            "milliseconds on a node; under TCG every Python import is 10-35x slower.",
+            "",
+            "| Services | shell pipeline | python -c pass | + click, dataclasses, json "
+            "| + raw reads (audit floor) | audit floor / pipeline | cold audit "
+            "| audit / pipeline | audit / floor |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in starts:
+            least = r["startup_floor_s"] + r["floor_inproc_s"]
+            out.append(
+                f"| {r['n']:,} | {_f(r['pipeline_s'])} | {_f(r.get('python_start_s'))} | "
+                f"{_f(r['startup_floor_s'])} | {_f(least)} | {least / r['pipeline_s']:.2f} | "
+                f"{_f(r['audit_s'])} | {r['audit_s'] / r['pipeline_s']:.2f} | "
+                f"{r['audit_s'] / least:.2f} |"
+            )
     out += [
         "",
         "## Lab state build (not a target)",

@@ -73,6 +73,10 @@ BACKUP_TOOLS = (
 )
 
 
+# The libraries every command of the agent imports (DEVELOPERS: click for the CLI,
+# dataclasses for the snapshot and findings; json for the document).
+STARTUP_IMPORTS = "import click, dataclasses, json"
+
 # The default 60 s per tool is about 2 s of a real node's time under TCG: at 20,000 Services
 # `ipset save` outran it and the cleanup (rightly) refused.
 TOOL_TIMEOUT = ("--tool-timeout", "3600")
@@ -188,7 +192,8 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
         fingerprint = state_fingerprint(ns)
 
         # --- (a) pipeline, (b) floor, (c) cold audit ----------------------------------------
-        pipe, floor, floor_in, audit, audit_rss = [], [], [], [], []
+        pipe, floor, floor_in, audit, audit_rss, start, libs = [], [], [], [], [], [], []
+        agent_py = str(Path(AGENT).with_name("python"))
         # Untimed: compiles any stale bytecode (an installed wheel ships it compiled).
         timed(lab_build.in_ns(ns, AGENT, "audit", "--json"), ok=(0, 1))
         for _ in range(k):
@@ -202,18 +207,32 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
             )
             audit.append(t)
             audit_rss.append(peak_rss_mb(rss_file))
+            # What any click + dataclasses + json program pays before its first read: the
+            # agent's interpreter, then with the three libraries the project is built on.
+            start.append(timed(lab_build.in_ns(ns, agent_py, "-c", "pass"))[0])
+            libs.append(timed(lab_build.in_ns(ns, agent_py, "-c", STARTUP_IMPORTS))[0])
         res.update(
             pipeline_s=med(pipe),
             floor_s=med(floor),
             floor_inproc_s=med(floor_in),
             audit_s=med(audit),
             audit_rss_mb=max(audit_rss),
-            samples={"pipeline": pipe, "floor": floor, "floor_inproc": floor_in, "audit": audit},
+            python_start_s=med(start),
+            startup_floor_s=med(libs),
+            samples={
+                "pipeline": pipe,
+                "floor": floor,
+                "floor_inproc": floor_in,
+                "audit": audit,
+                "python_start": start,
+                "startup_floor": libs,
+            },
         )
         log(
             f"n={n}: pipeline {res['pipeline_s']:.2f}s floor {res['floor_s']:.2f}s "
             f"(in-process {res['floor_inproc_s']:.2f}s) audit {res['audit_s']:.2f}s "
-            f"{res['audit_rss_mb']:.0f}MB"
+            f"{res['audit_rss_mb']:.0f}MB; python {res['python_start_s']:.2f}s, "
+            f"with click+dataclasses+json {res['startup_floor_s']:.2f}s"
         )
 
         # --- (d) warm scrape ------------------------------------------------------------------
