@@ -67,7 +67,12 @@ def _svc_fields(s: IpvsService) -> tuple[int, int, int, tuple[int, ...], int]:
 
 def cmp_services(a: IpvsService, b: IpvsService) -> int:
     """libipvs ipvs_cmp_services."""
-    fa, fb = _svc_fields(a), _svc_fields(b)
+    return _cmp_fields(_svc_fields(a), _svc_fields(b))
+
+
+def _cmp_fields(
+    fa: tuple[int, int, int, tuple[int, ...], int], fb: tuple[int, int, int, tuple[int, ...], int]
+) -> int:
     r = _int32(fa[0] - fb[0])
     if r:
         return r
@@ -119,8 +124,11 @@ def sort_services(services: Sequence[IpvsService]) -> list[IpvsService]:
         by_af.setdefault(f[1], []).append(f[3])
     if _spread_ok([(f[0],) for f in fields]) and all(map(_spread_ok, by_af.values())):
         order = sorted(range(len(services)), key=fields.__getitem__)
-        return [services[i] for i in order]
-    return _glibc_msort(list(services), cmp_services)
+    else:  # the fields once per service, not twice per comparison
+        order = _glibc_msort(
+            list(range(len(services))), lambda i, j: _cmp_fields(fields[i], fields[j])
+        )
+    return [services[i] for i in order]
 
 
 def sort_dests(dests: Sequence[IpvsDest]) -> list[IpvsDest]:
@@ -176,22 +184,30 @@ def _dest_line(name: str, d: IpvsDest) -> str:
     return head
 
 
-def supported(s: IpvsService) -> bool:
+DestsOf = Callable[[IpvsService], Sequence[IpvsDest]]
+
+
+def _own_dests(s: IpvsService) -> Sequence[IpvsDest]:
+    return s.dests
+
+
+def supported(s: IpvsService, dests_of: DestsOf = _own_dests) -> bool:
     """Whether this module prints `s` as ipvsadm would (else the backup asks ipvsadm)."""
     tunnels_ok = all(
         d.forward != "tunnel" or d.tun_type == 0 or d.tun_flags < len(_TUN_FLAG_OPTS)
-        for d in s.dests
+        for d in dests_of(s)
     )
     return s.family in _AF and tunnels_ok
 
 
-def save_text(services: Sequence[IpvsService]) -> str:
-    """The lines `ipvsadm -S -n` prints for exactly these services, in its order."""
+def save_text(services: Sequence[IpvsService], dests_of: DestsOf = _own_dests) -> str:
+    """The lines `ipvsadm -S -n` prints for exactly these services, in its order; each
+    service's real servers are `dests_of(service)` (by default its own)."""
     lines: list[str] = []
     for s in sort_services(services):
         name = _service_name(s)
         lines.append(_service_line(s, name))
-        lines += [_dest_line(name, d) for d in sort_dests(s.dests)]
+        lines += [_dest_line(name, d) for d in sort_dests(dests_of(s))]
     return "".join(f"{line}\n" for line in lines)
 
 

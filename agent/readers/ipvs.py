@@ -155,6 +155,76 @@ def proc_dest_counts(text: str) -> dict[ProcKey, int]:
     return counts
 
 
+# ip_vs_fwd_name(): what /proc/net/ip_vs calls each forwarding method (bypass reads "Masq")
+_PROC_FORWARD = {"Masq": "masq", "Local": "local", "Route": "route"}
+
+
+def proc_dests(text: str) -> dict[ProcKey, tuple[IpvsDest, ...]]:
+    """Each virtual server's real servers as /proc/net/ip_vs lists them: address, port,
+    forwarding method, weight and connection counts. What it cannot say exactly is left out,
+    for the caller to dump over netlink: a server with a tunnel (its type, port and flags are
+    not listed) and a key seen twice (an IPv4 and an IPv6 fwmark service with one mark)."""
+    found: dict[ProcKey, list[IpvsDest]] = {}
+    dropped: set[ProcKey] = set()
+    current: ProcKey | None = None
+    for line in text.splitlines()[3:]:  # version, and two header lines
+        words = line.split()
+        if line.startswith("  ->"):
+            if current is None or len(words) < 6:
+                continue
+            forward = _PROC_FORWARD.get(words[2])
+            if forward is None:
+                dropped.add(current)
+                continue
+            host, _, port = words[1].rpartition(":")
+            found[current].append(
+                IpvsDest(
+                    address=_proc_address(host),
+                    port=int(port, 16),
+                    forward=forward,
+                    weight=int(words[3]),
+                    active_conns=int(words[4]),
+                    inactive_conns=int(words[5]),
+                )
+            )
+            continue
+        current = _proc_service_key(words)
+        if current is None:
+            continue
+        if current in found:
+            dropped.add(current)
+        found[current] = []
+    return {k: tuple(v) for k, v in found.items() if k not in dropped}
+
+
+def _proc_address(host: str) -> str:
+    if host.startswith("["):
+        return socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, host[1:-1]))
+    return socket.inet_ntop(socket.AF_INET, bytes.fromhex(host))
+
+
+def _proc_service_key(words: list[str]) -> ProcKey | None:
+    if len(words) < 2:
+        return None
+    if words[0] == "FWM":
+        return ("FWM", int(words[1], 16))
+    host, _, port = words[1].rpartition(":")
+    return (words[0], _proc_address(host), int(port, 16))
+
+
+def read_proc_dests() -> dict[ProcKey, tuple[IpvsDest, ...]]:
+    """proc_dests of the node now; {} when the file cannot be read or parsed."""
+    try:
+        return proc_dests(PROC_IPVS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def proc_key(svc: IpvsService) -> ProcKey:
+    """How /proc/net/ip_vs names this virtual server."""
+    return _proc_key(svc)
+
+
 def _proc_key(svc: IpvsService) -> ProcKey:
     if svc.fwmark:
         return ("FWM", svc.fwmark)

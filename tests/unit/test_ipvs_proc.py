@@ -36,3 +36,28 @@ def test_counts_per_service_and_ambiguous_marks_left_out() -> None:
 
 def test_an_empty_table() -> None:
     assert proc_dest_counts(PROC.split("TCP  0A")[0]) == {}
+
+
+def test_real_servers_as_listed_and_what_proc_cannot_say_left_out() -> None:
+    from agent.readers.ipvs import proc_dests
+    from agent.snapshot import IpvsDest
+
+    text = PROC + (
+        "TCP  C0A8010A:7580 wlc persistent 300 FFFFFF00\n"
+        "  -> 0AF40005:1F90      Route   2      4          7\n"
+        "  -> 0AF40006:1F90      Tunnel  1      0          0\n"
+        "UDP  0A600016:13CD rr ops\n"
+        "  -> 0AF40007:13CD      Local   0      0          0\n"
+    )
+    assert proc_dests(text) == {
+        ("TCP", "10.96.0.1", 443): (
+            IpvsDest("10.244.0.3", 6443, "masq", 1),
+            IpvsDest("10.244.1.5", 6443, "masq", 3),
+        ),
+        ("UDP", "10.96.0.10", 53): (IpvsDest("10.244.0.4", 53, "masq", 1),),
+        ("SCTP", "172.16.0.5", 9000): (),
+        ("TCP", "fd00:96::1", 443): (IpvsDest("fd00:10::4", 443, "masq", 1),),
+        ("FWM", 100): (IpvsDest("10.244.0.9", 0, "route", 1),),
+        # 192.168.1.10:30080 has a tunnel: its type is not in /proc, netlink is asked
+        ("UDP", "10.96.0.22", 5069): (IpvsDest("10.244.0.7", 5069, "local", 0),),
+    }

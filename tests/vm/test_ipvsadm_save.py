@@ -77,11 +77,13 @@ netlink.GenericNetlink.request = counting
 services = ipvs.read().data
 # the read counts real servers in /proc/net/ip_vs: not one destination dump
 assert dumps.count(CMD_GET_DEST) == 0, dumps.count(CMD_GET_DEST)
+text = ipvsadm_rules(list(services))
+# the bundle takes real servers from /proc/net/ip_vs; only the one service with tunnels
+# (whose type, port and flags /proc does not list) is dumped over netlink
+assert dumps.count(CMD_GET_DEST) == 1, dumps.count(CMD_GET_DEST)
 unsupported = [s.key for s in services if not supported(s)]
 assert not unsupported, unsupported
-sys.stdout.write(ipvsadm_rules(list(services)))
-# the bundle dumps each service's real servers once
-assert dumps.count(CMD_GET_DEST) == len(services), (dumps.count(CMD_GET_DEST), len(services))
+sys.stdout.write(text)
 """
 
 
