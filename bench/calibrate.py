@@ -17,7 +17,8 @@ import struct
 import time
 
 from agent import classify
-from agent.ipvs_wire import (
+from agent.readers.ipvs import parse_dest
+from agent.readers.ipvs_wire import (
     ATTR_DEST,
     DEST_ADDR,
     DEST_FAMILY,
@@ -25,8 +26,7 @@ from agent.ipvs_wire import (
     DEST_PORT,
     DEST_WEIGHT,
 )
-from agent.netlink import NLA_F_NESTED, attr
-from agent.readers.ipvs import parse_dest
+from agent.readers.netlink import NLA_F_NESTED, attr
 from agent.snapshot import (
     Ipset,
     IpvsService,

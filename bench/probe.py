@@ -42,7 +42,7 @@ def main() -> int:
             "agent.cli",
             "agent.collect",
             "agent.classify",
-            "agent.report",
+            "agent.views.report",
         ):
             t3(f"python -c 'import {mod}'", py, "-c", f"import {mod}")
         t3("pipeline", "bash", "-c", PIPELINE, ok=(0,))

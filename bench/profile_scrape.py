@@ -22,7 +22,7 @@ import cProfile, dataclasses, io, pstats, sys, time
 from prometheus_client import CollectorRegistry, generate_latest
 from agent.cli import _collection
 from agent.collect import Options
-from agent.metrics import AgentCollector, SharedCollection
+from agent.views.metrics import AgentCollector, SharedCollection
 
 opts = Options(budget=600.0, nftables_detail=False)
 shared = SharedCollection(lambda: _collection(opts, 0.0, config=True), 0.0)

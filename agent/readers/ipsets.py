@@ -1,4 +1,4 @@
-"""ipsets over nfnetlink (agent.netlink): a header-only listing, members only for named sets.
+"""ipsets over nfnetlink (agent.readers.netlink): header-only listing, members only for named sets.
 
 Attribute numbers are the kernel's (include/uapi/linux/netfilter/ipset/ip_set.h); numbers are
 in network byte order.
@@ -11,9 +11,9 @@ import socket
 import struct
 from collections.abc import Collection, Iterator
 
-from agent.kernel import Presence, presence
-from agent.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
 from agent.readers._timing import Absent, timed
+from agent.readers.kernel import Presence, presence
+from agent.readers.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
 from agent.snapshot import Ipset, Reading
 
 SETNAME, TYPENAME, FAMILY, DATA, ADT = 2, 3, 5, 7, 8

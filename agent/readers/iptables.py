@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent import iptables_save, tools
-from agent.kernel import Presence, presence
-from agent.netlink import NfTables, attrs, nul_text
+from agent.readers import iptables_save, tools
 from agent.readers._timing import Absent, timed
+from agent.readers.kernel import Presence, presence
+from agent.readers.netlink import NfTables, attrs, nul_text
 from agent.snapshot import IptTable, Reading
 
 TABLES = ("nat", "filter", "mangle")

@@ -1,6 +1,6 @@
 """IPVS virtual servers and their real servers, over generic netlink.
 
-Read with agent.netlink: one dump of the services, and their real servers counted in
+Read with agent.readers.netlink: one dump of the services, and their real servers counted in
 /proc/net/ip_vs (one read of the whole table, as node_exporter does) and dumped per service
 only when something looks at them (CountedDests). A service /proc does not show is dumped
 right away, as ipvsadm does. With pyroute2 the per-request cost alone made a 10,000-Service
@@ -16,7 +16,8 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.ipvs_wire import (
+from agent.readers._timing import Absent, timed
+from agent.readers.ipvs_wire import (
     ATTR_DEST,
     ATTR_SERVICE,
     CMD_GET_DEST,
@@ -46,9 +47,8 @@ from agent.ipvs_wire import (
     SVC_TIMEOUT,
     service_key,
 )
-from agent.kernel import Presence, presence
-from agent.netlink import GenericNetlink, NetlinkError, attrs, consistent, nul_text
-from agent.readers._timing import Absent, timed
+from agent.readers.kernel import Presence, presence
+from agent.readers.netlink import GenericNetlink, NetlinkError, attrs, consistent, nul_text
 from agent.snapshot import CountedDests, IpvsDest, IpvsService, LazyDests, Reading
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}

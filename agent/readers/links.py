@@ -1,4 +1,4 @@
-"""kube-ipvs0 and the node's own addresses, over rtnetlink (agent.netlink).
+"""kube-ipvs0 and the node's own addresses, over rtnetlink (agent.readers.netlink).
 
 kube-ipvs0 holds one address per Service IP, tens of thousands on a large node; two raw dumps
 read them without pyroute2's per-attribute decoding.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import socket
 import struct
 
-from agent.netlink import RtNetlink, attrs, consistent
 from agent.readers._timing import timed
+from agent.readers.netlink import RtNetlink, attrs, consistent
 from agent.snapshot import Link, Links, Reading
 
 KUBE_IPVS0 = "kube-ipvs0"

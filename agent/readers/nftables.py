@@ -1,6 +1,6 @@
 """nftables tables over nfnetlink; chains and set/map sizes of kube-proxy's tables.
 
-Read with agent.netlink: a 10,000-Service nftables-mode table holds tens of thousands of
+Read with agent.readers.netlink: a 10,000-Service nftables-mode table holds tens of thousands of
 chains, and only their table names are needed here (counted, never decoded further).
 Attribute numbers are the kernel's (include/uapi/linux/netfilter/nf_tables.h).
 """
@@ -12,8 +12,9 @@ import struct
 import sys
 from collections import Counter
 
-from agent.kernel import Presence, presence
-from agent.netlink import (
+from agent.readers._timing import Absent, timed
+from agent.readers.kernel import Presence, presence
+from agent.readers.netlink import (
     NetlinkError,
     NfTables,
     attr,
@@ -22,7 +23,6 @@ from agent.netlink import (
     count_attrs,
     nul_text,
 )
-from agent.readers._timing import Absent, timed
 from agent.snapshot import NftSet, NftTable, Reading
 
 FAMILIES = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.kernel import SUBSYSTEMS, Presence, presence
 from agent.readers._timing import timed
+from agent.readers.kernel import SUBSYSTEMS, Presence, presence
 from agent.snapshot import Kernel, Reading
 
 WATCHED = (

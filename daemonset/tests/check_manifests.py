@@ -504,7 +504,7 @@ def cmd_image_tools(dockerfile: str, repo: str) -> None:
     """Every command-line tool the agent runs is installed in the image (by its package)."""
     problems = Problems()
     sys.path.insert(0, repo)
-    from agent.tools import PACKAGES
+    from agent.readers.tools import PACKAGES
 
     used: set[str] = set()
     for src in sorted(Path(repo, "agent").rglob("*.py")):
@@ -516,7 +516,7 @@ def cmd_image_tools(dockerfile: str, repo: str) -> None:
     for tool in sorted(used):
         package = PACKAGES.get(tool.split("-", 1)[0])
         if package is None:
-            problems.add("agent", f"runs {tool}, which agent/tools.py PACKAGES does not name")
+            problems.add("agent", f"runs {tool}, which agent/readers/tools.py PACKAGES does not name")
         elif package not in packages:
             problems.add("Dockerfile", f"does not install {package} (the agent runs {tool})")
     print(f"  the image installs {', '.join(sorted(packages))}; the agent runs {len(used)} tools")

@@ -359,7 +359,7 @@ def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
     ):
         build.run(["ip", "netns", "exec", ns, "ipset", *cmd.split()])
     code = (
-        "from agent.executor import execute; from agent.plan import Step;"
+        "from agent.cleanup.executor import execute; from agent.views.plan import Step;"
         "from agent.snapshot import Ipset;"
         "steps = [Step(3, 'destroy-ipset', n, (), ipset=Ipset(n, 'hash:ip', 4, 0, 0))"
         " for n in ('KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK', 'KUBE-LOOP-BACK')];"
@@ -416,9 +416,9 @@ def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) ->
 
 BATCHED_DESTROY = """
 import sys
-from agent import netlink
-from agent.executor import execute
-from agent.plan import Step
+from agent.readers import netlink
+from agent.cleanup.executor import execute
+from agent.views.plan import Step
 from agent.snapshot import Ipset
 
 sends = []

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.backup import filter_ipset_save
+from agent.cleanup.backup import filter_ipset_save
 from lab import build
 
 pytestmark = pytest.mark.netns
@@ -65,7 +65,7 @@ def _tool(ns: str, names: list[str]) -> str:
 
 def _printed(ns: str, names: list[str]) -> tuple[str, list[str]]:
     code = (
-        "import sys; from agent.ipset_save import save; s = save(sys.argv[1:]); "
+        "import sys; from agent.cleanup.ipset_save import save; s = save(sys.argv[1:]); "
         "sys.stdout.write(repr(list(s.unsupported)) + '\\n' + s.text)"
     )
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.netns
 
 PROBE = """
 import json, subprocess, sys
-from agent.netlink import DumpInterrupted, NfTables, RtNetlink, consistent
+from agent.readers.netlink import DumpInterrupted, NfTables, RtNetlink, consistent
 kind, change = sys.argv[1], sys.argv[2:]
 sock = RtNetlink() if kind == "addresses" else NfTables()
 dump = (lambda: sock.addresses()) if kind == "addresses" else (lambda: sock.dump(4))

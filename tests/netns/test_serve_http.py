@@ -175,7 +175,7 @@ def test_the_scrape_deadline_is_honoured(netns: Callable[[], str], tmp_path: Pat
 FALLBACK = """
 import errno, socket
 from prometheus_client import CollectorRegistry
-from agent import server
+from agent.views import server
 
 class NoIPv6(server._DualStack):
     def __init__(self, *args, **kwargs):  # as on a kernel booted with ipv6.disable=1

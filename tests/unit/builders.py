@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent import iptables_save
+from agent.readers import iptables_save
 from agent.snapshot import (
     Kernel,
     KubeProxy,

@@ -1,4 +1,4 @@
-from agent.autoclean import Streak
+from agent.cleanup.autoclean import Streak
 
 
 def test_streak_needs_the_whole_hold_down_without_a_break() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.backup import filter_ipset_save, filter_ipvsadm_save, ipvsadm_key
+from agent.cleanup.backup import filter_ipset_save, filter_ipvsadm_save, ipvsadm_key
 from agent.snapshot import IpvsService
 
 IPSET_SAVE = """\

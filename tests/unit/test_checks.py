@@ -9,10 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent import checks
-from agent.checks import Check, NodeIpHints, ProbeResult
 from agent.classify import classify
-from agent.cli_checks import _target, parse_host_port
+from agent.cli.checks import _target, parse_host_port
 from agent.readers import kube_proxy_config as kpc
 from agent.readers.kube_proxy_config import ConfigError, KubeProxyConfig
 from agent.snapshot import (
@@ -26,6 +24,8 @@ from agent.snapshot import (
     Reading,
     Snapshot,
 )
+from agent.views import checks
+from agent.views.checks import Check, NodeIpHints, ProbeResult
 from tests.unit.builders import NOW, kube_proxy, ok, snapshot
 
 KUBEADM_CONFIG = """\

@@ -3,8 +3,8 @@
 import socket
 import struct
 
-from agent.netlink import NLA_F_NESTED, attr, attrs
 from agent.readers.ipvs import parse_dest, parse_service
+from agent.readers.netlink import NLA_F_NESTED, attr, attrs
 
 GENL = struct.pack("=BBH", 1, 1, 0)
 

@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from agent import ipvs_wire as w
-from agent.ipvsadm_rules import parse
-from agent.netlink import attrs
+from agent.cleanup.ipvsadm_rules import parse
+from agent.readers import ipvs_wire as w
+from agent.readers.netlink import attrs
 
 
 def _service(body: bytes) -> dict[int, bytes]:

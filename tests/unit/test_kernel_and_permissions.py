@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from agent.kernel import Presence, presence
-from agent.permissions import missing_capabilities
+from agent.cli.permissions import missing_capabilities
+from agent.readers.kernel import Presence, presence
 
 
 def test_presence_reads_only_files(tmp_path: Path) -> None:

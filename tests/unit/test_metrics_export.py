@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agent.classify import classify
 from agent.collection import Collection
-from agent.metrics import families
 from agent.snapshot import KubeProxy, Reading
+from agent.views.metrics import families
 from tests.unit.builders import NOW, kube_proxy, snapshot
 
 # Target labels Prometheus setups commonly attach (Kubernetes SD relabelling, the Prometheus

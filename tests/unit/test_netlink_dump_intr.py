@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.netlink import (
+from agent.readers import links
+from agent.readers.netlink import (
     DUMP_ATTEMPTS,
     NLM_F_DUMP_INTR,
     NLMSG_DONE,
@@ -23,7 +24,6 @@ from agent.netlink import (
     attr,
     consistent,
 )
-from agent.readers import links
 
 NLM_F_MULTI = 0x2
 RTM_NEWLINK = 16

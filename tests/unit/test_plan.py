@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agent.classify import classify
-from agent.plan import make_plan
 from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links
+from agent.views.plan import make_plan
 from tests.unit.builders import NOW, snapshot
 
 LINK = Link("kube-ipvs0", 3, "dummy", False, ("10.96.0.1/32", "10.96.0.10/32"))
@@ -109,7 +109,7 @@ def test_kept_mark_masq_keeps_its_masquerade_unless_nftables_mode_honours_the_ma
 def test_verify_passes_over_an_object_kept_for_foreign_state() -> None:
     """After cleanup a CNI rule still jumps to KUBE-MARK-MASQ (real kube-proxy tier, every
     scenario): the chain is kept on purpose, so verify's no-leftovers says so and passes."""
-    from agent import checks
+    from agent.views import checks
 
     nat = """*nat
 :POSTROUTING ACCEPT [0:0]

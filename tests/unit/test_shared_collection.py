@@ -6,7 +6,7 @@ import gc
 import weakref
 from typing import Any
 
-from agent.metrics import SharedCollection
+from agent.views.metrics import SharedCollection
 
 
 class Reading:

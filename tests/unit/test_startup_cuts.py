@@ -6,15 +6,15 @@ import json
 import subprocess
 import sys
 
-from agent.backup import plan_document, plan_json
-from agent.plan import Kept, Plan, Step
+from agent.cleanup.backup import plan_document, plan_json
 from agent.readers.kube_proxy import parse_samples
+from agent.views.plan import Kept, Plan, Step
 
 
 def test_the_audit_path_and_its_metrics_parser_import_no_prometheus_client_or_pyroute2() -> None:
     code = (
-        "import sys, agent.cli, agent.collect, agent.classify, agent.report, agent.backup, "
-        "agent.cleanup, agent.executor; "
+        "import sys, agent.cli, agent.collect, agent.classify, agent.views.report, agent.cleanup.backup, "
+        "agent.cleanup.procedure, agent.cleanup.executor; "
         "from agent.readers.kube_proxy import parse_metrics; "
         "parse_metrics(b'kubeproxy_sync_proxy_rules_last_timestamp_seconds 1\\n'); "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'prometheus_client', 'pyroute2'}))"

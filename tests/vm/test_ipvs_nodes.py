@@ -111,7 +111,7 @@ def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
         "from prometheus_client import CollectorRegistry, generate_latest;"
         "from agent.cli import _collection;"
         "from agent.collect import Options;"
-        "from agent.metrics import AgentCollector, SharedCollection;"
+        "from agent.views.metrics import AgentCollector, SharedCollection;"
         "col = _collection(Options(timeout=1), 300.0);"
         "reg = CollectorRegistry();"
         "reg.register(AgentCollector(SharedCollection(lambda: col, 60.0)));"

@@ -63,10 +63,10 @@ def _wrapping_services(n: int) -> str:
 
 PRINT = """\
 import sys
-from agent import netlink
-from agent.backup import ipvsadm_rules
-from agent.ipvs_wire import CMD_GET_DEST
-from agent.ipvsadm_save import supported
+from agent.readers import netlink
+from agent.cleanup.backup import ipvsadm_rules
+from agent.readers.ipvs_wire import CMD_GET_DEST
+from agent.cleanup.ipvsadm_save import supported
 from agent.readers import ipvs
 dumps = []
 request = netlink.GenericNetlink.request
@@ -128,8 +128,8 @@ def test_printed_rules_equal_ipvsadm_save_and_restore_back(
 
 LOAD = """
 import sys
-from agent import ipvsadm_rules
-from agent.netlink import NetlinkError
+from agent.cleanup import ipvsadm_rules
+from agent.readers.netlink import NetlinkError
 requests = ipvsadm_rules.parse(sys.stdin.read())
 assert requests is not None, "a line ipvsadm_rules does not know"
 try:
@@ -163,8 +163,8 @@ def test_netlink_load_gives_the_table_ipvsadm_restore_gives(netns: Callable[[], 
 
 DELETE = """
 import sys
-from agent.executor import execute
-from agent.plan import Step
+from agent.cleanup.executor import execute
+from agent.views.plan import Step
 from agent.readers import ipvs
 services = sorted(ipvs.read().data, key=lambda s: s.port)
 doomed = services[:200] + services[:1]  # the repeated one is gone by then

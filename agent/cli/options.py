@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agent.tools import DEFAULT_TIMEOUT
+from agent.readers.tools import DEFAULT_TIMEOUT
 
 MAX_SYNC_AGE = click.option(
     "--max-sync-age",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from agent.netlink import NLA_F_NESTED, attr
+from agent.readers.netlink import NLA_F_NESTED, attr
 from agent.snapshot import IpvsService
 
 GENL_VERSION = 1

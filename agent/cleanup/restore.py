@@ -9,8 +9,9 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import ipvsadm_rules, tools
-from agent.netlink import (
+from agent.cleanup import ipvsadm_rules
+from agent.readers import tools
+from agent.readers.netlink import (
     NLA_F_NESTED,
     NLM_F_EXCL,
     NetlinkError,
@@ -73,7 +74,7 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
     name = str(doc["name"])
     kind = str(doc.get("kind") or "dummy")
     with RtNetlink() as rt:
-        # whole dumps, read again if a concurrent change interrupted one (agent.netlink)
+        # whole dumps, read again if a concurrent change interrupted one (agent.readers.netlink)
         if not consistent(lambda: any(r.name == name for r in rt.link_rows())):
             try:  # the old interface index, so that the node is as it was
                 _new_dummy(rt, name, kind, int(doc["index"]))  # type: ignore[call-overload]
@@ -97,7 +98,7 @@ def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
 
 
 def _ipvs(text: str, timeout: float) -> None:
-    """Over netlink, batched (agent.ipvsadm_rules); `ipvsadm -R` for a text with words that
+    """Over netlink, batched (agent.cleanup.ipvsadm_rules); `ipvsadm -R` for a text with words that
     module does not know."""
     requests = ipvsadm_rules.parse(text)
     if requests is None:

@@ -19,11 +19,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from agent import __version__
-from agent.checks import readiness_metrics
 from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_health
 from agent.collection import Collection
-from agent.kernel import SUBSYSTEMS
+from agent.readers.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService, KubeProxy
+from agent.views.checks import readiness_metrics
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)

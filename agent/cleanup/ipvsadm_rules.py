@@ -3,9 +3,9 @@
 `ipvsadm -R` sends one request per line and waits for its answer, in a process that first
 parses the whole line with popt: at 10,000 Services (44,000 lines) it took 46 s of the
 benchmark's VM, most of a restore. Here the lines become IPVS_CMD_NEW_SERVICE and
-IPVS_CMD_NEW_DEST requests, many to a send (agent.netlink), services first.
+IPVS_CMD_NEW_DEST requests, many to a send (agent.readers.netlink), services first.
 
-Only the words `ipvsadm -S -n` prints (agent.ipvsadm_save writes the same) are understood; a
+Only the words `ipvsadm -S -n` prints (agent.cleanup.ipvsadm_save writes the same) are understood; a
 line with anything else (a tunnel's options, a word of a newer ipvsadm) makes `parse` return
 None and the caller hands the whole text to `ipvsadm -R`, so nothing is loaded half.
 """
@@ -17,7 +17,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from agent.ipvs_wire import (
+from agent.readers.ipvs_wire import (
     ATTR_DEST,
     ATTR_SERVICE,
     CMD_NEW_DEST,
@@ -42,7 +42,7 @@ from agent.ipvs_wire import (
     SVC_SCHED,
     SVC_TIMEOUT,
 )
-from agent.netlink import NLA_F_NESTED, attr, attrs
+from agent.readers.netlink import NLA_F_NESTED, attr, attrs
 
 _PROTOCOL_OPTIONS = {"-t": "TCP", "-u": "UDP", "--sctp-service": "SCTP"}
 # ipvsadm's forwarding switches -> IP_VS_CONN_F_* (masq 0, droute 3; tunnels are not handled)
@@ -213,7 +213,7 @@ def parse(text: str) -> Requests | None:
 def load(requests: Requests) -> None:
     """Send the services, then their real servers; the first refusal raises NetlinkError
     naming its line (the kernel handled the requests before it, as `ipvsadm -R` would have)."""
-    from agent.netlink import GenericNetlink, NetlinkError
+    from agent.readers.netlink import GenericNetlink, NetlinkError
 
     with GenericNetlink("IPVS") as genl:
         for cmd, bodies, lines in (

@@ -1,7 +1,7 @@
 """precheck and verify (SPEC §7): pure checks over a snapshot and its classification.
 
 No I/O, no clock: kube-proxy's configuration, the node-IP hints and the probe result are read by
-the caller (agent/readers/kube_proxy_config.py, agent/cli_checks.py) and passed in, `now` too.
+the caller (agent/readers/kube_proxy_config.py, agent/cli/checks.py) and passed in, `now` too.
 Every check says pass, warn or fail and carries the evidence that decided it. Something that
 could not be read is a warn (precheck) or a fail (verify) naming what — never a pass.
 """
@@ -27,9 +27,9 @@ from agent.classify import (
     nftables_tables,
     sync_age,
 )
-from agent.plan import make_plan
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
+from agent.views.plan import make_plan
 
 Status = Literal["pass", "warn", "fail"]
 SCHEMA = 1

@@ -13,8 +13,8 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.netlink import IpsetNetlink, attrs, nul_text
 from agent.readers.ipsets import format_entry, members_of
+from agent.readers.netlink import IpsetNetlink, attrs, nul_text
 
 TYPENAME, REVISION, FAMILY, DATA, ADT, SETNAME, PROTOCOL, INDEX = 3, 4, 5, 7, 8, 2, 1, 11
 # IPSET_ATTR_* inside the header's DATA (create options and kernel-only counts)

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import exitcodes, lock, tools
-from agent.backup import write_bundle
+from agent import exitcodes
+from agent.cleanup import lock
+from agent.cleanup.backup import write_bundle
+from agent.cleanup.executor import Outcome, execute
 from agent.collection import Collection
-from agent.executor import Outcome, execute
-from agent.plan import Plan, describe, make_plan
+from agent.readers import tools
+from agent.views.plan import Plan, describe, make_plan
 
 
 class Refused(Exception):

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from agent import __version__
-from agent.metrics import scrape_deadline
+from agent.views.metrics import scrape_deadline
 
 log = logging.getLogger("ipvs_leftovers.server")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from agent import cleanup as procedure
+from agent.cleanup import procedure
 from agent.collection import Collection
-from agent.metrics import PREFIX
+from agent.views.metrics import PREFIX
 
 log = logging.getLogger("ipvs_leftovers.autoclean")
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent import tools
-from agent.backup import SAVE_TOOL
-from agent.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
-from agent.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
-from agent.plan import Step
+from agent.cleanup.backup import SAVE_TOOL
+from agent.readers import tools
+from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
+from agent.readers.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
+from agent.views.plan import Step
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
 IPSET_IN_USE = 4100

@@ -11,9 +11,9 @@ from urllib.parse import urlparse
 import click
 
 from agent import __version__, exitcodes
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
 from agent.collect import Options
 from agent.collection import Collection
-from agent.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -75,7 +75,7 @@ def main(
 
 
 def _require_permission() -> None:
-    from agent.permissions import missing_capabilities
+    from agent.cli.permissions import missing_capabilities
 
     missing = missing_capabilities()
     if missing:
@@ -124,7 +124,7 @@ def audit(
 ) -> None:
     """Read everything, classify it, report. Exit 0 clean, 1 leftovers, 4 a source failed."""
     _require_permission()
-    from agent.report import document, exit_code, render
+    from agent.views.report import document, exit_code, render
 
     col = _collection(ctx.obj["options"], max_sync_age)
     snap, result = col.snapshot, col.classification
@@ -150,7 +150,7 @@ def audit(
 def _write_textfile(path: str, col: Collection) -> None:
     from prometheus_client import CollectorRegistry, write_to_textfile
 
-    from agent.metrics import AgentCollector, SharedCollection
+    from agent.views.metrics import AgentCollector, SharedCollection
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(SharedCollection(lambda: col, float("inf"))))
@@ -183,7 +183,7 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
-    from agent.server import parse_listen
+    from agent.views.server import parse_listen
 
     try:
         return parse_listen(value)
@@ -261,8 +261,8 @@ def serve(
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from agent import logs
-    from agent.metrics import AgentCollector, SharedCollection, current_deadline
-    from agent.server import make_server, serve_until_signalled
+    from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
+    from agent.views.server import make_server, serve_until_signalled
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -280,8 +280,8 @@ def serve(
     if auto_cleanup:
         from pathlib import Path
 
-        from agent import cleanup as procedure
-        from agent.autoclean import AutoCleanup, Streak
+        from agent.cleanup import procedure
+        from agent.cleanup.autoclean import AutoCleanup, Streak
 
         fresh_opts = dataclasses.replace(opts, budget=None)
         auto = AutoCleanup(
@@ -346,9 +346,9 @@ def cleanup(
     """
     from pathlib import Path
 
-    from agent import cleanup as procedure
+    from agent.cleanup import procedure
     from agent.logs import BatchedLines
-    from agent.plan import describe
+    from agent.views.plan import describe
 
     _require_permission()
     # The plan and the gate need only which nftables tables exist; counting the nftables-mode
@@ -407,7 +407,7 @@ def cleanup(
 @click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
 def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
-    from agent.job import InvalidName, render
+    from agent.cleanup.job import InvalidName, render
 
     try:
         click.echo(render(node, image, namespace, apply_), nl=False)
@@ -422,9 +422,9 @@ def restore(bundle: str, tool_timeout: float) -> None:
     """Replay a backup bundle written by cleanup --apply. Exit 0 restored, 4 error."""
     from pathlib import Path
 
-    from agent.restore import BundleError
-    from agent.restore import restore as replay
-    from agent.tools import ToolError
+    from agent.cleanup.restore import BundleError
+    from agent.cleanup.restore import restore as replay
+    from agent.readers.tools import ToolError
 
     _require_permission()
     try:
@@ -435,7 +435,7 @@ def restore(bundle: str, tool_timeout: float) -> None:
 
 
 def _register() -> None:
-    from agent.cli_checks import precheck, verify
+    from agent.cli.checks import precheck, verify
 
     main.add_command(precheck)
     main.add_command(verify)

@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent import __version__, ipset_save, ipvsadm_save, tools
-from agent.plan import Plan, TableChange
-from agent.readers import ipvs
+from agent import __version__
+from agent.cleanup import ipset_save, ipvsadm_save
+from agent.readers import ipvs, tools
 from agent.snapshot import IpvsDest, IpvsService
+from agent.views.plan import Plan, TableChange
 
 _PROTO_FLAG = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
 SAVE_TOOL = {
@@ -82,7 +83,7 @@ def iptables_restore_text(changes: list[TableChange]) -> str:
 
 def ipvsadm_rules(services: list[IpvsService], timeout: float = tools.DEFAULT_TIMEOUT) -> str:
     """`ipvsadm -S -n` lines of these services, from the reading the plan was made from;
-    `ipvsadm -S -n` itself only for a shape agent.ipvsadm_save has no rule for.
+    `ipvsadm -S -n` itself only for a shape agent.cleanup.ipvsadm_save has no rule for.
 
     The real servers come from one read of /proc/net/ip_vs: a netlink dump per virtual
     server was more than half of the backup at 5,000 Services in the VM. A service /proc
@@ -102,7 +103,7 @@ def ipvsadm_rules(services: list[IpvsService], timeout: float = tools.DEFAULT_TI
 def ipset_rules(names: list[str], timeout: float = tools.DEFAULT_TIMEOUT) -> str:
     """`ipset save` lines of these sets, listed over netlink; `ipset save` itself (one run
     for all: a process per set cost more than the dump) when a set has a shape
-    agent.ipset_save has no rule for."""
+    agent.cleanup.ipset_save has no rule for."""
     saved = ipset_save.save(names)
     if not saved.unsupported:
         return saved.text

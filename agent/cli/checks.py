@@ -1,7 +1,7 @@
 """`precheck` and `verify` (SPEC §7): click commands registered on agent.cli.main.
 
 agent.cli imports this module at its end, so everything from agent.cli is imported inside the
-functions. The checks themselves are pure (agent/checks.py); reading kube-proxy's configuration
+functions. The checks themselves are pure (agent/views/checks.py); reading kube-proxy's configuration
 and the probe's TCP connect are the only I/O added here.
 """
 
@@ -16,8 +16,8 @@ import time
 
 import click
 
-from agent.checks import Check, ProbeResult, document, ready, render
-from agent.options import MAX_SYNC_AGE
+from agent.cli.options import MAX_SYNC_AGE
+from agent.views.checks import Check, ProbeResult, document, ready, render
 
 ENV_HOST = "KUBERNETES_SERVICE_HOST"
 ENV_PORT = "KUBERNETES_SERVICE_PORT"
@@ -124,10 +124,10 @@ def precheck(
     ctx: click.Context, as_json: bool, kube_proxy_config: str | None, node_ip: tuple[str, ...]
 ) -> None:
     """Can this node move to nftables mode, and what will change. Exit 0 ready, 1 otherwise."""
-    from agent.checks import NodeIpHints
-    from agent.checks import precheck as run_checks
     from agent.cli import _collection, _require_permission
     from agent.readers import kube_proxy_config as kp_config
+    from agent.views.checks import NodeIpHints
+    from agent.views.checks import precheck as run_checks
 
     _require_permission()
     col = _collection(ctx.obj["options"], 300.0)
@@ -162,8 +162,8 @@ def verify(
     probe_timeout: float,
 ) -> None:
     """After the migration: clean node, working nftables data plane. Exit 0 ok, 1 otherwise."""
-    from agent.checks import verify as run_checks
     from agent.cli import _collection, _require_permission
+    from agent.views.checks import verify as run_checks
 
     _require_permission()
     col = _collection(ctx.obj["options"], max_sync_age)
