@@ -20,7 +20,7 @@ from lab.kube_proxy import start_fake_kube_proxy
 INNER = """
 import cProfile, dataclasses, io, pstats, sys, time
 from prometheus_client import CollectorRegistry, generate_latest
-from agent.cli import _collection
+from agent.cli.common import collection as _collection
 from agent.collect import Options
 from agent.views.metrics import AgentCollector, SharedCollection
 

@@ -1,8 +1,5 @@
-"""`precheck` and `verify` (SPEC §7): click commands registered on agent.cli.main.
-
-agent.cli imports this module at its end, so everything from agent.cli is imported inside the
-functions. The checks themselves are pure (agent/views/checks.py); reading kube-proxy's configuration
-and the probe's TCP connect are the only I/O added here.
+"""`precheck` and `verify` (SPEC §7). The checks themselves are pure (agent.views.checks);
+reading kube-proxy's configuration and the probe's TCP connect are the only I/O added here.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import time
 
 import click
 
+from agent.cli import common
 from agent.cli.options import MAX_SYNC_AGE
 from agent.views.checks import Check, ProbeResult, document, ready, render
 
@@ -124,13 +122,12 @@ def precheck(
     ctx: click.Context, as_json: bool, kube_proxy_config: str | None, node_ip: tuple[str, ...]
 ) -> None:
     """Can this node move to nftables mode, and what will change. Exit 0 ready, 1 otherwise."""
-    from agent.cli import _collection, _require_permission
     from agent.readers import kube_proxy_config as kp_config
     from agent.views.checks import NodeIpHints
     from agent.views.checks import precheck as run_checks
 
-    _require_permission()
-    col = _collection(ctx.obj["options"], 300.0)
+    common.require_permission()
+    col = common.collection(common.options(ctx), 300.0)
     config = kp_config.read(kube_proxy_config)
     hints = NodeIpHints(explicit=node_ip, route_sources=kp_config.route_sources())
     checks = run_checks(col.snapshot, col.classification, config, hints)
@@ -162,11 +159,10 @@ def verify(
     probe_timeout: float,
 ) -> None:
     """After the migration: clean node, working nftables data plane. Exit 0 ok, 1 otherwise."""
-    from agent.cli import _collection, _require_permission
     from agent.views.checks import verify as run_checks
 
-    _require_permission()
-    col = _collection(ctx.obj["options"], max_sync_age)
+    common.require_permission()
+    col = common.collection(common.options(ctx), max_sync_age)
     result = probe(probe_address, probe_timeout)
     checks = run_checks(col.snapshot, col.classification, result, time.time(), max_sync_age)
     _emit("verify", checks, as_json)

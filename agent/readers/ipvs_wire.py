@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import TYPE_CHECKING
 
 from agent.readers.netlink import NLA_F_NESTED, attr
-from agent.snapshot import IpvsService
+
+if TYPE_CHECKING:  # restore's path (the numbers only) imports no dataclasses
+    from agent.snapshot import IpvsService
 
 GENL_VERSION = 1
 CMD_NEW_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE, CMD_NEW_DEST, CMD_GET_DEST = 1, 3, 4, 5, 8

@@ -15,8 +15,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Self, TypeVar
+from typing import NamedTuple, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -312,9 +311,10 @@ def count_attrs(data: memoryview) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class LinkRow:
-    index: int
+class LinkRow(NamedTuple):
+    """A link as the dump gives it (a NamedTuple: restore's path imports no dataclasses)."""
+
+    index: int  # type: ignore[assignment]  # the ifindex; shadows tuple.index on purpose
     name: str
     kind: str | None
     up: bool

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent import cli
+from agent.cli import common
 from agent.collect import Options
 
 
@@ -32,8 +33,8 @@ def test_nftables_detail_only_where_shown(
         seen.append(opts)
         raise _Stop
 
-    monkeypatch.setattr(cli, "_collection", record)
-    monkeypatch.setattr(cli, "_require_permission", lambda: None)
+    monkeypatch.setattr(common, "collection", record)
+    monkeypatch.setattr(common, "require_permission", lambda: None)
     extra = ["--lock-file", f"{tmp_path}/lock", "--backup-dir", f"{tmp_path}/b"]
     result = CliRunner().invoke(cli.main, args + (extra if args[0] == "cleanup" else []))
     assert isinstance(result.exception, _Stop), result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from agent.cleanup.backup import plan_document, plan_json
 from agent.readers.kube_proxy import parse_samples
@@ -95,3 +96,34 @@ print(sorted({"urllib.request", "http.client", "encodings.idna"} & set(sys.modul
     first, second = out.stdout.splitlines()
     assert first == "(200, b'hello world') (503, b'busy')"
     assert second == "[]"
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "; import sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
+
+
+def test_audit_imports_neither_the_checks_nor_the_plan_nor_yaml() -> None:
+    """The click group imports a command's module only when it runs (agent.cli.LazyGroup)."""
+    mods = _modules_after(
+        "import click; from agent.cli import main; "
+        "main.get_command(click.Context(main), 'audit'); "
+        "import agent.collect, agent.classify, agent.collection, agent.views.report"
+    )
+    assert "agent.cli.audit" in mods
+    assert not mods & {"yaml", "agent.views.checks", "agent.views.plan", "agent.cli.checks"}
+    assert not mods & {"agent.cli.serve", "agent.cli.cleanup", "prometheus_client"}
+
+
+def test_restore_imports_no_reader_classifier_or_dataclasses(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text("{}")
+    mods = _modules_after(
+        f"from agent.cli import main; main(['restore', {str(tmp_path)!r}], standalone_mode=False)"
+    )
+    assert "agent.cleanup.restore" in mods and "agent.cleanup.ipvsadm_rules" in mods
+    assert not mods & {"dataclasses", "agent.snapshot", "agent.classify", "agent.collect"}

@@ -109,7 +109,7 @@ def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
     while the report (which names them) decodes them on demand and sees the same number."""
     code = (
         "from prometheus_client import CollectorRegistry, generate_latest;"
-        "from agent.cli import _collection;"
+        "from agent.cli.common import collection as _collection;"
         "from agent.collect import Options;"
         "from agent.views.metrics import AgentCollector, SharedCollection;"
         "col = _collection(Options(timeout=1), 300.0);"

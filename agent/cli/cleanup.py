@@ -1,0 +1,136 @@
+"""`cleanup`, `restore`, `job-manifest`: the commands that change a node, or print its Job."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from agent import __version__, exitcodes
+from agent.cli import common
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
+
+if TYPE_CHECKING:
+    from agent.collection import Collection
+
+
+@click.command()
+@click.option("--apply", "apply_", is_flag=True, help="Back up, then remove. Without it: the plan.")
+@BACKUP_DIR
+@LOCK_FILE
+@click.option(
+    "--reset-arp-sysctls",
+    is_flag=True,
+    help="Also reset strictARP's arp_ignore=1/arp_announce=2 to 0 (never ip_forward).",
+)
+@MAX_SYNC_AGE
+@TOOL_TIMEOUT
+@click.option("--pause-before-execute", type=float, default=0.0, hidden=True)
+@click.option("--step-delay", type=float, default=0.0, hidden=True)
+@click.pass_context
+def cleanup(
+    ctx: click.Context,
+    apply_: bool,
+    backup_dir: str,
+    lock_file: str,
+    reset_arp_sysctls: bool,
+    max_sync_age: float,
+    tool_timeout: float,
+    pause_before_execute: float,
+    step_delay: float,
+) -> None:
+    """Remove exactly what ipvs mode left, only once nftables mode is confirmed (SPEC §5).
+
+    Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error.
+    """
+    from pathlib import Path
+
+    from agent.cleanup import procedure
+    from agent.logs import BatchedLines
+    from agent.views.plan import describe
+
+    common.require_permission()
+    # The plan and the gate need only which nftables tables exist; counting the nftables-mode
+    # table's chains and elements was a fifth of cleanup's time at 10,000 Services (issue 6).
+    import dataclasses
+
+    opts = dataclasses.replace(common.options(ctx), nftables_detail=False)
+    settings = procedure.Settings(
+        Path(backup_dir),
+        Path(lock_file),
+        reset_arp_sysctls,
+        pause_before_execute,
+        step_delay,
+        tool_timeout,
+    )
+
+    def collect() -> Collection:
+        return common.collection(opts, max_sync_age)
+
+    say = BatchedLines(sys.stdout)
+
+    def note(message: str) -> None:
+        say.flush()  # keeps stdout and stderr in order on one terminal
+        click.echo(message, err=True)
+
+    try:
+        if not apply_:
+            col = collect()
+            plan = procedure.plan_for(col, settings)
+            say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
+            for line in describe(plan):
+                say(line)
+            refusal = procedure.gate_refusal(col)
+            say(
+                f"--apply would be {refusal}"
+                if refusal
+                else "nftables mode confirmed: --apply would run this plan"
+            )
+            sys.exit(exitcodes.REMAINS if col.classification.removable else exitcodes.OK)
+        result = procedure.apply(collect, settings, say, note)
+    except (procedure.Refused, procedure.CleanupError) as exc:
+        say.flush()  # before common.fail() writes to stderr
+        common.fail(str(exc), exc.code)
+    finally:
+        say.flush()
+    sys.exit(result.code)
+
+
+@click.command("job-manifest")
+@click.option("--node", required=True, help="The node the Job runs on (spec.nodeName).")
+@click.option(
+    "--image",
+    default=f"ghcr.io/example/ipvs-leftovers:{__version__}",
+    show_default=True,
+    help="The agent's image as you publish it.",
+)
+@click.option("--namespace", default="ipvs-leftovers", show_default=True)
+@click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
+def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
+    """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
+    from agent.cleanup.job import InvalidName, render
+
+    try:
+        click.echo(render(node, image, namespace, apply_), nl=False)
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
+
+
+@click.command()
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@TOOL_TIMEOUT
+def restore(bundle: str, tool_timeout: float) -> None:
+    """Replay a backup bundle written by cleanup --apply. Exit 0 restored, 4 error."""
+    from pathlib import Path
+
+    from agent.cleanup.restore import BundleError
+    from agent.cleanup.restore import restore as replay
+    from agent.readers.tools import ToolError
+
+    common.require_permission()
+    try:
+        replay(Path(bundle), click.echo, tool_timeout)
+    except (BundleError, ToolError, OSError) as exc:
+        common.fail(f"restore of {bundle} failed: {exc}", exitcodes.ERROR)
+    click.echo(f"restored {bundle}")

@@ -1,0 +1,172 @@
+"""`serve`: the Prometheus exporter, and its optional auto-cleanup."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import click
+
+from agent import exitcodes
+from agent.cli import common
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE
+
+if TYPE_CHECKING:
+    from agent.collection import Collection
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`."""
+
+    name = "duration"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip()
+        unit = self._UNITS.get(text[-1:], None)
+        try:
+            seconds = float(text[:-1]) * unit if unit else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    from agent.views.server import parse_listen
+
+    try:
+        return parse_listen(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@click.command()
+@click.option(
+    "--listen",
+    default=":9437",
+    show_default=True,
+    callback=_listen,
+    help="[ADDR]:PORT to serve on; without ADDR, every address of both families (IPv4 only "
+    "when the kernel has no IPv6).",
+)
+@click.option(
+    "--min-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between two reads of the kernel; scrapes within it share one collection.",
+)
+@click.option(
+    "--source-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Time budget of each kernel source; past it the source reports source_up 0.",
+)
+@click.option(
+    "--auto-cleanup/--no-auto-cleanup",
+    default=False,
+    show_default=True,
+    help="Run cleanup --apply by itself once nftables mode has held for the hold-down.",
+)
+@click.option(
+    "--auto-cleanup-hold-down",
+    type=Duration(),
+    default="24h",
+    show_default=True,
+    help="How long nftables mode must be confirmed without a break first.",
+)
+@click.option(
+    "--auto-cleanup-interval",
+    type=Duration(),
+    default="60s",
+    show_default=True,
+    help="How often auto-cleanup observes the node (through the shared collection).",
+)
+@BACKUP_DIR
+@LOCK_FILE
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@MAX_SYNC_AGE
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    listen: tuple[str, int],
+    min_interval: float,
+    source_timeout: float,
+    tls_cert: str | None,
+    tls_key: str | None,
+    max_sync_age: float,
+    auto_cleanup: bool,
+    auto_cleanup_hold_down: float,
+    auto_cleanup_interval: float,
+    backup_dir: str,
+    lock_file: str,
+) -> None:
+    """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
+    import logging
+    import ssl
+
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    from agent import logs
+    from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
+    from agent.views.server import make_server, serve_until_signalled
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    common.require_permission()
+    logs.setup(ctx.obj["log_format"])
+    log = logging.getLogger("ipvs_leftovers.serve")
+    opts = dataclasses.replace(common.options(ctx), budget=source_timeout, nftables_detail=False)
+
+    def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
+        scoped = dataclasses.replace(opts, deadline=current_deadline())
+        return common.collection(scoped, max_sync_age, config=True)
+
+    shared = SharedCollection(scrape, min_interval)
+    auto = None
+    if auto_cleanup:
+        from pathlib import Path
+
+        from agent.cleanup import procedure
+        from agent.cleanup.autoclean import AutoCleanup, Streak
+
+        fresh_opts = dataclasses.replace(opts, budget=None)
+        auto = AutoCleanup(
+            observe=shared.get,
+            fresh=lambda: common.collection(fresh_opts, max_sync_age),
+            settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
+            streak=Streak(auto_cleanup_hold_down, max_gap=3 * auto_cleanup_interval),
+            interval=auto_cleanup_interval,
+        )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))
+    ProcessCollector(registry=registry)  # process_* (memory, CPU, fds), like every exporter
+    host, port = listen
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    try:
+        server = make_server(host, port, registry, tls)
+    except ssl.SSLError as exc:
+        common.fail(f"cannot use --tls-cert/--tls-key: {exc.reason or exc}", exitcodes.ERROR)
+    except OSError as exc:
+        common.fail(
+            f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR
+        )
+    bound = server.server_address[0]
+    where = "[::]" if bound == "::" else host or "*"
+    both = " (IPv4 and IPv6)" if not host and bound == "::" else ""
+    log.info("serving on %s:%d%s%s", where, port, both, " (TLS)" if tls else "")
+    if auto is not None:
+        log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
+        auto.start()
+    serve_until_signalled(server)
+    if auto is not None:
+        auto.stop()
+    log.info("stopped")
