@@ -516,7 +516,9 @@ def cmd_image_tools(dockerfile: str, repo: str) -> None:
     for tool in sorted(used):
         package = PACKAGES.get(tool.split("-", 1)[0])
         if package is None:
-            problems.add("agent", f"runs {tool}, which agent/readers/tools.py PACKAGES does not name")
+            problems.add(
+                "agent", f"runs {tool}, which agent/readers/tools.py PACKAGES does not name"
+            )
         elif package not in packages:
             problems.add("Dockerfile", f"does not install {package} (the agent runs {tool})")
     print(f"  the image installs {', '.join(sorted(packages))}; the agent runs {len(used)} tools")
