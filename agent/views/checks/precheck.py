@@ -1,9 +1,9 @@
-"""precheck and verify (SPEC §7): pure checks over a snapshot and its classification.
+"""precheck (SPEC §7): can this node move to nftables mode, and what will change.
 
-No I/O, no clock: kube-proxy's configuration, the node-IP hints and the probe result are read by
-the caller (agent/readers/kube_proxy_config.py, agent/cli/checks.py) and passed in, `now` too.
-Every check says pass, warn or fail and carries the evidence that decided it. Something that
-could not be read is a warn (precheck) or a fail (verify) naming what — never a pass.
+Pure: kube-proxy's configuration and the node-IP hints are read by the caller
+(agent/readers/kube_proxy_config.py, agent/cli/checks.py) and passed in. Something that could
+not be read is a warn naming what, never a pass. The readiness gauges serve exports come from
+the same checks (readiness_metrics).
 """
 
 from __future__ import annotations
@@ -12,48 +12,27 @@ import ipaddress
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from agent import names
 from agent.classify import (
     KUBE_PROXY_CLASSES,
     Classification,
     Owner,
     RuleRef,
-    active_families,
     chain_owner,
-    is_ipv6,
-    kube_proxy_health,
-    nftables_tables,
-    sync_age,
 )
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import IptTable, IpvsService, Reading, Snapshot
-from agent.views.plan import make_plan
+from agent.views.checks.common import (
+    Check,
+    Status,
+    _check,
+    _listed,
+)
 
-Status = Literal["pass", "warn", "fail"]
-SCHEMA = 1
 NFTABLES_MIN_KERNEL = (5, 13)
-LIST_LIMIT = 20  # objects listed in one check's evidence
+
 
 ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    evidence: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """One TCP connect to a Service; target None when nothing was configured."""
-
-    target: str | None  # HOST:PORT
-    origin: str  # "--probe-address" or "KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT"
-    ok: bool
-    detail: str  # "connected in 0.003s" / "connection refused" / why there is no target
 
 
 @dataclass(frozen=True)
@@ -64,25 +43,12 @@ class NodeIpHints:
     route_sources: dict[str, str] | None = None  # family -> default-route source address
 
 
-def _check(name: str, status: Status, *evidence: str) -> Check:
-    return Check(name, status, tuple(evidence))
-
-
-def _listed(items: list[str], limit: int = LIST_LIMIT) -> list[str]:
-    if len(items) <= limit:
-        return items
-    return items[:limit] + [f"... and {len(items) - limit} more"]
-
-
 def _family(address: str) -> str:
     return "ipv6" if ipaddress.ip_address(address).version == 6 else "ipv4"
 
 
 def _bare(address: str) -> str:
     return str(ipaddress.ip_address(address.split("/")[0]))
-
-
-# --- kernel ---------------------------------------------------------------------------------
 
 
 def kernel_version(release: str) -> tuple[int, int] | None:
@@ -104,9 +70,6 @@ def check_kernel(snap: Snapshot) -> Check:
         f"kernel {release} < {need}: kube-proxy refuses nftables mode on it; upgrade the kernel "
         "first",
     )
-
-
-# --- mode, and what the configuration pins --------------------------------------------------
 
 
 def _running_mode(snap: Snapshot) -> str | None:
@@ -170,9 +133,6 @@ def check_mode_pinned(
     if cfg.mode != "nftables":
         evidence.append("change it to nftables to migrate")
     return _check("mode-pinned", "pass", *evidence), True
-
-
-# --- NodePort addresses ---------------------------------------------------------------------
 
 
 def primary_node_ips(
@@ -279,9 +239,6 @@ def check_nodeport_addresses(
     return _check(name, status, *evidence)
 
 
-# --- kube-proxy's counters ------------------------------------------------------------------
-
-
 def _counter_check(
     snap: Snapshot, name: str, metric: str, value: float | None, seen: str, after: str
 ) -> Check:
@@ -332,9 +289,6 @@ def check_conntrack_invalid(snap: Snapshot) -> Check:
         "nftables mode has no such drop rule: expect them to reach pods and hosts, e.g. as "
         "spurious resets",
     )
-
-
-# --- foreign references to KUBE-* chains and sets -------------------------------------------
 
 
 def _kube_proxy_chain(table: str, chain: str) -> bool:
@@ -417,9 +371,6 @@ def check_foreign_references(snap: Snapshot, c: Classification) -> tuple[Check, 
         ),
         0,
     )
-
-
-# --- IPVS -----------------------------------------------------------------------------------
 
 
 def check_foreign_ipvs(snap: Snapshot, c: Classification) -> Check:
@@ -517,9 +468,6 @@ def check_strict_arp(snap: Snapshot, config: Reading[KubeProxyConfig | None]) ->
     return _check(name, status, *evidence)
 
 
-# --- precheck -------------------------------------------------------------------------------
-
-
 def precheck(
     snap: Snapshot,
     c: Classification,
@@ -540,171 +488,6 @@ def precheck(
         check_ipvs_scheduler(snap, c, config),
         check_strict_arp(snap, config),
     ]
-
-
-# --- verify ---------------------------------------------------------------------------------
-
-
-def _families(snap: Snapshot, c: Classification) -> list[str]:
-    return active_families(snap, any(is_ipv6(f) for f in c.removable))
-
-
-def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
-    """The mode part of SPEC §5's gate: /proxyMode and the tables of every active family."""
-    kp = snap.kube_proxy
-    ok: list[str] = []
-    bad: list[str] = []
-    if kp.proxy_mode.status != "ok":
-        bad.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
-    elif kp.proxy_mode.data == "nftables":
-        ok.append("/proxyMode answers nftables")
-    else:
-        bad.append(f"/proxyMode answers {kp.proxy_mode.data}, not nftables")
-    found, missing = nftables_tables(snap, _families(snap, c))
-    m = kp.metrics.data
-    if m is not None and m.nftables_series:
-        found.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
-    return _check(
-        "nftables-mode", "fail" if bad or missing else "pass", *bad, *missing, *ok, *found
-    )
-
-
-_KERNEL_SOURCES = ("ipvs", "ipsets", "iptables_legacy", "iptables_nft", "nftables", "links")
-
-
-def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
-    errors = [
-        f"could not read {n}: {r.error}"
-        for n, r in snap.sources().items()
-        if n in _KERNEL_SOURCES and r.status == "error"
-    ]
-    # What cleanup keeps because foreign state still uses it (a CNI rule jumping to
-    # KUBE-MARK-MASQ) is not left over: removing it would break that state.
-    kept = {(k.kind, k.name): k.reason for k in make_plan(snap, c).kept}
-    held = [f for f in c.removable if (f.kind, f.name) in kept]
-    left = [f for f in c.leftovers if (f.kind, f.name) not in kept]
-    # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
-    ipt = [f for f in c.iptables_leftovers if (f.kind, f.name) not in kept]
-    notes = [
-        f"kept, still used by foreign state: {f.kind} {f.name} ({kept[(f.kind, f.name)]})"
-        for f in held
-    ]
-    if not left and not ipt and not errors:
-        return _check("no-leftovers", "pass", "no ipvs-mode object on the node", *notes)
-    counts = Counter(f.kind for f in left)
-    evidence = list(errors)
-    if ipt:
-        evidence.append(
-            f"{len(ipt)} iptables-mode object(s) remain: "
-            + ", ".join(f"{n} {k}" for k, n in sorted(Counter(f.kind for f in ipt).items()))
-            + " (ipvs-leftovers cleanup removes them)"
-        )
-    if left:
-        evidence.append(
-            f"{len(left)} ipvs-mode object(s) remain: "
-            + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-            + " (ipvs-leftovers cleanup removes them)"
-        )
-        evidence += _listed([f"{f.kind} {f.name}" for f in left], 10)
-    return _check("no-leftovers", "fail", *evidence, *notes)
-
-
-def check_kube_ipvs0_gone(snap: Snapshot) -> Check:
-    if snap.links.status == "error":
-        return _check("kube-ipvs0-gone", "fail", f"could not read links: {snap.links.error}")
-    link = snap.links.data.kube_ipvs0
-    if link is None:
-        return _check("kube-ipvs0-gone", "pass", f"no link {names.KUBE_IPVS0}")
-    return _check(
-        "kube-ipvs0-gone",
-        "fail",
-        f"{link.name} exists (kind {link.kind}, {'up' if link.up else 'down'}) with "
-        f"{len(link.addresses)} addresses: the node still claims those Service IPs",
-    )
-
-
-def check_nftables_sync(
-    snap: Snapshot, c: Classification, now: float, max_sync_age: float
-) -> Check:
-    """kube-proxy healthy by its own definition (the gate's), and no failed nftables sync."""
-    kp = snap.kube_proxy
-    ok, bad = kube_proxy_health(kp)
-    bad += sync_age(kp, _families(snap, c), now, max_sync_age)
-    m = kp.metrics
-    if m.status != "ok" or m.data is None:
-        bad.append(f"/metrics {m.status}: {m.error}")
-    elif m.data.nftables_sync_failures is None:
-        # The counter is exposed once it first moves: absent means no failure yet.
-        ok.append("no kubeproxy_sync_proxy_rules_nftables_sync_failures_total counted yet")
-    elif m.data.nftables_sync_failures > 0:
-        failures = m.data.nftables_sync_failures
-        bad.append(f"kubeproxy_sync_proxy_rules_nftables_sync_failures_total = {failures:g}")
-    else:
-        ok.append("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0")
-    return _check("nftables-sync", "fail" if bad else "pass", *bad, *ok)
-
-
-def check_probe(probe: ProbeResult) -> Check:
-    if probe.target is None:
-        return _check("service-probe", "fail", probe.detail)
-    status: Status = "pass" if probe.ok else "fail"
-    return _check(
-        "service-probe", status, f"TCP connect to {probe.target} ({probe.origin}): {probe.detail}"
-    )
-
-
-def verify(
-    snap: Snapshot, c: Classification, probe: ProbeResult, now: float, max_sync_age: float
-) -> list[Check]:
-    """After the migration: is this node clean and is the new data plane working (SPEC §7)."""
-    return [
-        check_nftables_mode(snap, c),
-        check_no_leftovers(snap, c),
-        check_kube_ipvs0_gone(snap),
-        check_nftables_sync(snap, c, now, max_sync_age),
-        check_probe(probe),
-    ]
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def ready(checks: list[Check]) -> bool:
-    return all(ch.status == "pass" for ch in checks)
-
-
-def document(command: str, checks: list[Check]) -> dict[str, Any]:
-    """The stable `precheck --json` / `verify --json` document (docs/precheck-verify.md)."""
-    counts = Counter(ch.status for ch in checks)
-    return {
-        "schema": SCHEMA,
-        "command": command,
-        "ok": ready(checks),
-        "summary": {s: counts.get(s, 0) for s in ("pass", "warn", "fail")},
-        "checks": [
-            {"name": ch.name, "status": ch.status, "evidence": list(ch.evidence)} for ch in checks
-        ],
-    }
-
-
-def render(command: str, checks: list[Check]) -> str:
-    width = max(len(ch.name) for ch in checks)
-    lines = []
-    for ch in checks:
-        first, *rest = ch.evidence or ("",)
-        lines.append(f"{ch.status.upper():4}  {ch.name:{width}}  {first}")
-        lines += [f"{'':4}  {'':{width}}  {e}" for e in rest]
-    counts = Counter(ch.status for ch in checks)
-    tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['pass']} pass"
-    if command == "precheck":
-        verdict = "READY" if ready(checks) else "NOT READY"
-    else:
-        verdict = "OK" if ready(checks) else "FAILED"
-    lines.append(f"{verdict}: {tally}")
-    return "\n".join(lines)
-
-
-# --- readiness metrics for serve ------------------------------------------------------------
 
 
 def readiness_metrics(
