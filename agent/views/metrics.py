@@ -23,7 +23,7 @@ from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_he
 from agent.collection import Collection
 from agent.readers.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService, KubeProxy
-from agent.views.checks import readiness_metrics
+from agent.views.checks.precheck import readiness_metrics
 
 PREFIX = "ipvs_leftovers_"
 NFTABLES_MIN_KERNEL = (5, 13)
