@@ -36,7 +36,7 @@ class Owner(StrEnum):
     IPTABLES_LEFTOVER = "iptables-leftover"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     owner: Owner
     source: str  # the reader that saw it

@@ -26,7 +26,7 @@ class Reading(Generic[T]):
 # --- IPVS -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IpvsDest:
     address: str
     port: int
@@ -131,7 +131,7 @@ class CountedDests(_DeferredDests):
         return self._count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IpvsService:
     family: int  # 4 or 6
     protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services
