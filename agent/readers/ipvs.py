@@ -45,6 +45,7 @@ from agent.readers.ipvs_wire import (
     SVC_PROTOCOL,
     SVC_SCHED,
     SVC_TIMEOUT,
+    key_of,
     service_key,
 )
 from agent.readers.kernel import Presence, presence
@@ -237,18 +238,30 @@ class _DestFetcher:
     def __init__(self) -> None:
         self._genl: GenericNetlink | None = None
 
-    def fetch(self, svc: IpvsService) -> tuple[IpvsDest, ...]:
+    def fetch(
+        self, family: int, protocol: str, address: str | None, port: int | None, fwmark: int | None
+    ) -> tuple[IpvsDest, ...]:
+        """The real servers of the virtual server these fields name. It takes the fields, not
+        the service: a service whose dests held a callable holding the service was a
+        reference cycle, so every scrape's snapshot outlived the scrape until a full garbage
+        collection (two or more snapshots in serve's memory at once)."""
         if self._genl is None:
             self._genl = GenericNetlink("IPVS")
-        family = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
-        decode = functools.partial(parse_dest, service_family=family)
-        key = service_key(svc)
+        af = socket.AF_INET6 if family == 6 else socket.AF_INET
+        decode = functools.partial(parse_dest, service_family=af)
+        key = key_of(family, protocol, address, port, fwmark)
         dump = self._genl.request(self._genl.family_id, CMD_GET_DEST, GENL_VERSION, key)
         return tuple(decode(p) for p in dump)
 
     def __del__(self) -> None:
         if self._genl is not None:
             self._genl.close()
+
+
+def counted(fetcher: _DestFetcher, svc: IpvsService, count: int) -> CountedDests:
+    """`count` real servers of `svc`, dumped by `fetcher` when first looked at."""
+    fields = (svc.family, svc.protocol, svc.address, svc.port, svc.fwmark)
+    return CountedDests(count, functools.partial(fetcher.fetch, *fields))
 
 
 def _read() -> tuple[IpvsService, ...]:
@@ -277,7 +290,7 @@ def _read() -> tuple[IpvsService, ...]:
             count = counts.get(_proc_key(svc))
             dests: Sequence[IpvsDest]
             if count is not None:
-                dests = CountedDests(count, functools.partial(fetcher.fetch, svc))
+                dests = counted(fetcher, svc, count)
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))

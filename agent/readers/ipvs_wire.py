@@ -34,16 +34,23 @@ def _protocol_number(name: str) -> int:
 
 def service_key(svc: IpvsService) -> bytes:
     """The nested IPVS_CMD_ATTR_SERVICE that names `svc` (as ipvsadm sends it)."""
-    af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
+    return key_of(svc.family, svc.protocol, svc.address, svc.port, svc.fwmark)
+
+
+def key_of(
+    family: int, protocol: str, address: str | None, port: int | None, fwmark: int | None
+) -> bytes:
+    """service_key from the fields that name a virtual server."""
+    af = socket.AF_INET6 if family == 6 else socket.AF_INET
     parts = [attr(SVC_AF, struct.pack("=H", af))]
-    if svc.fwmark:
-        parts.append(attr(SVC_FWMARK, struct.pack("=I", svc.fwmark)))
+    if fwmark:
+        parts.append(attr(SVC_FWMARK, struct.pack("=I", fwmark)))
     else:
-        assert svc.address is not None and svc.port is not None
-        packed = socket.inet_pton(af, svc.address).ljust(16, b"\0")
+        assert address is not None and port is not None
+        packed = socket.inet_pton(af, address).ljust(16, b"\0")
         parts += [
-            attr(SVC_PROTOCOL, struct.pack("=H", _protocol_number(svc.protocol))),
+            attr(SVC_PROTOCOL, struct.pack("=H", _protocol_number(protocol))),
             attr(SVC_ADDR, packed),
-            attr(SVC_PORT, struct.pack("!H", svc.port)),
+            attr(SVC_PORT, struct.pack("!H", port)),
         ]
     return attr(ATTR_SERVICE | NLA_F_NESTED, b"".join(parts))

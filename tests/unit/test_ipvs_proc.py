@@ -61,3 +61,24 @@ def test_real_servers_as_listed_and_what_proc_cannot_say_left_out() -> None:
         # 192.168.1.10:30080 has a tunnel: its type is not in /proc, netlink is asked
         ("UDP", "10.96.0.22", 5069): (IpvsDest("10.244.0.7", 5069, "local", 0),),
     }
+
+
+def test_a_service_read_with_counted_dests_is_freed_without_the_cycle_collector() -> None:
+    """serve drops each scrape's snapshot: a service its own dests referred to (through the
+    fetch callable) lived on until a full collection, two snapshots or more at once."""
+    import gc
+
+    from agent.readers.ipvs import _DestFetcher, counted
+    from agent.snapshot import IpvsService
+
+    svc = IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 2, 0)
+    object.__setattr__(svc, "dests", counted(_DestFetcher(), svc, 3))
+    assert len(svc.dests) == 3
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        del svc
+        # the service, its dests and the callable go by reference counting alone
+        assert len(gc.get_objects()) <= before - 3
+    finally:
+        gc.enable()
