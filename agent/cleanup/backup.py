@@ -29,7 +29,6 @@ from agent.readers import ipvs, tools
 from agent.snapshot import IpvsDest, IpvsService
 from agent.views.plan import Plan, TableChange
 
-_PROTO_FLAG = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
 SAVE_TOOL = {
     ("legacy", "ipv4"): "iptables-legacy",
     ("legacy", "ipv6"): "ip6tables-legacy",
@@ -40,7 +39,7 @@ SAVE_TOOL = {
 
 def ipvsadm_key(svc: IpvsService) -> tuple[str, str]:
     host = f"[{svc.address}]" if svc.family == 6 else str(svc.address)
-    return (_PROTO_FLAG.get(svc.protocol, "-t"), f"{host}:{svc.port}")
+    return (ipvsadm_save.PROTOCOL_OPTIONS.get(svc.protocol, "-t"), f"{host}:{svc.port}")
 
 
 def filter_ipvsadm_save(text: str, keys: set[tuple[str, str]]) -> str:

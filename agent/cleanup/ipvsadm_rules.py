@@ -17,6 +17,13 @@ import socket
 import struct
 from typing import NamedTuple
 
+from agent.cleanup.ipvsadm_save import (
+    F_ONEPACKET,
+    F_PERSISTENT,
+    OTHER_SCHED_FLAGS,
+    PROTOCOL_OPTIONS,
+    SCHED_FLAGS,
+)
 from agent.readers.ipvs_wire import (
     ATTR_DEST,
     ATTR_SERVICE,
@@ -44,18 +51,13 @@ from agent.readers.ipvs_wire import (
 )
 from agent.readers.netlink import NLA_F_NESTED, attr, attrs
 
-_PROTOCOL_OPTIONS = {"-t": "TCP", "-u": "UDP", "--sctp-service": "SCTP"}
+# The printer's word tables (agent.cleanup.ipvsadm_save), read the other way, so the two
+# cannot drift apart.
+_PROTOCOL_OPTIONS = {option: name for name, option in PROTOCOL_OPTIONS.items()}
 # ipvsadm's forwarding switches -> IP_VS_CONN_F_* (masq 0, droute 3; tunnels are not handled)
 _FORWARD = {"-m": 0, "-g": 3}
-_F_PERSISTENT, _F_ONEPACKET = 0x1, 0x4
 _SCHED_FLAGS = {
-    "sh-fallback": 0x8,
-    "sh-port": 0x10,
-    "mh-fallback": 0x8,
-    "mh-port": 0x10,
-    "flag-1": 0x8,
-    "flag-2": 0x10,
-    "flag-3": 0x20,
+    name: bit for table in (*SCHED_FLAGS.values(), OTHER_SCHED_FLAGS) for bit, name in table
 }
 
 
@@ -125,7 +127,7 @@ def _service_body(words: list[str]) -> tuple[bytes, bytes] | None:
         word = rest[i]
         value = rest[i + 1] if i + 1 < len(rest) else None
         if word == "-o":
-            flags |= _F_ONEPACKET
+            flags |= F_ONEPACKET
             i += 1
             continue
         if value is None:
@@ -133,7 +135,7 @@ def _service_body(words: list[str]) -> tuple[bytes, bytes] | None:
         if word == "-s":
             sched = value
         elif word == "-p" and value.isdigit():
-            flags, timeout = flags | _F_PERSISTENT, int(value)
+            flags, timeout = flags | F_PERSISTENT, int(value)
         elif word == "-M" and family == socket.AF_INET6 and value.isdigit():
             netmask = struct.pack("=I", int(value))
         elif word == "-M" and family == socket.AF_INET:

@@ -17,19 +17,22 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from agent.snapshot import IpvsDest, IpvsService
+if TYPE_CHECKING:  # restore's loader shares the word tables below without the dataclasses
+    from agent.snapshot import IpvsDest, IpvsService
 
-_PROTO_OPTION = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
+    DestsOf = Callable[[IpvsService], Sequence[IpvsDest]]
+
+PROTOCOL_OPTIONS = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
 _FWD_SWITCH = {"masq": "-m", "tunnel": "-i", "local": "-g", "route": "-g"}
 _TUN_NAMES = ("ipip", "gue", "gre")
 _TUN_FLAG_OPTS = ("--tun-nocsum", "--tun-csum", "--tun-remcsum")
-_SCHED_FLAGS = {
+SCHED_FLAGS = {
     "sh": ((0x8, "sh-fallback"), (0x10, "sh-port")),
     "mh": ((0x8, "mh-fallback"), (0x10, "mh-port")),
 }
-_OTHER_SCHED_FLAGS = ((0x8, "flag-1"), (0x10, "flag-2"), (0x20, "flag-3"))
+OTHER_SCHED_FLAGS = ((0x8, "flag-1"), (0x10, "flag-2"), (0x20, "flag-3"))
 F_PERSISTENT, F_ONEPACKET, F_SCHED_ANY = 0x1, 0x4, 0x38
 _AF = {4: socket.AF_INET, 6: socket.AF_INET6}
 
@@ -147,7 +150,7 @@ def _service_name(s: IpvsService) -> str:
     if s.fwmark:
         mark = _int32(s.fwmark)  # printed with %d
         return f"-f {mark} -6" if s.family == 6 else f"-f {mark}"
-    option = _PROTO_OPTION.get(s.protocol, "--xxx-service")
+    option = PROTOCOL_OPTIONS.get(s.protocol, "--xxx-service")
     return f"{option} {_host(s.address, s.family, s.port)}"
 
 
@@ -164,7 +167,7 @@ def _service_line(s: IpvsService, name: str) -> str:
     if s.flags & F_ONEPACKET:
         words.append(" -o")
     if s.flags & F_SCHED_ANY:
-        table = _SCHED_FLAGS.get(s.scheduler, _OTHER_SCHED_FLAGS)
+        table = SCHED_FLAGS.get(s.scheduler, OTHER_SCHED_FLAGS)
         words.append(" -b " + ",".join(text for bit, text in table if s.flags & bit))
     return "".join(words)
 
@@ -182,9 +185,6 @@ def _dest_line(name: str, d: IpvsDest) -> str:
     if d.tun_type == 0:
         return f"{head} --tun-type ipip"
     return head
-
-
-DestsOf = Callable[[IpvsService], Sequence[IpvsDest]]
 
 
 def _own_dests(s: IpvsService) -> Sequence[IpvsDest]:

@@ -134,20 +134,9 @@ def proc_dest_counts(text: str) -> dict[ProcKey, int]:
             if current is not None:
                 counts[current] += 1
             continue
-        words = line.split()
-        if len(words) < 2:
-            current = None
+        current = _proc_service_key(line.split())
+        if current is None:
             continue
-        if words[0] == "FWM":
-            current = ("FWM", int(words[1], 16))
-        else:
-            host, _, port = words[1].rpartition(":")
-            if host.startswith("["):
-                raw = socket.inet_pton(socket.AF_INET6, host[1:-1])
-                address = socket.inet_ntop(socket.AF_INET6, raw)
-            else:
-                address = socket.inet_ntop(socket.AF_INET, bytes.fromhex(host))
-            current = (words[0], address, int(port, 16))
         if current in counts:
             twice.add(current)
         counts[current] = 0
@@ -223,10 +212,6 @@ def read_proc_dests() -> dict[ProcKey, tuple[IpvsDest, ...]]:
 
 def proc_key(svc: IpvsService) -> ProcKey:
     """How /proc/net/ip_vs names this virtual server."""
-    return _proc_key(svc)
-
-
-def _proc_key(svc: IpvsService) -> ProcKey:
     if svc.fwmark:
         return ("FWM", svc.fwmark)
     return (svc.protocol, str(svc.address), svc.port or 0)
@@ -287,7 +272,7 @@ def _read() -> tuple[IpvsService, ...]:
             counts = {}
         fetcher = _DestFetcher()
         for svc in found:
-            count = counts.get(_proc_key(svc))
+            count = counts.get(proc_key(svc))
             dests: Sequence[IpvsDest]
             if count is not None:
                 dests = counted(fetcher, svc, count)
