@@ -8,13 +8,9 @@ rm -rf "$out" && mkdir -p "$out"
 agents=()
 for rev in "$@"; do
     v="$out/venv-$rev"
-    "$repo/.venv/bin/python" -m venv --without-pip "$v"
-    site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    (cd "$repo" && git archive "$rev" agent) | tar -x -C "$site"
-    "$repo/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/ipvs-leftovers-deps.pth"
-    sed "1s|.*|#!$v/bin/python|" "$repo/.venv/bin/ipvs-leftovers" > "$v/bin/ipvs-leftovers"
-    chmod +x "$v/bin/ipvs-leftovers"
-    "$v/bin/python" -m compileall -q "$site/agent"
+    mkdir -p "$out/src-$rev"
+    (cd "$repo" && git archive "$rev" agent) | tar -x -C "$out/src-$rev"
+    "$repo/bench/install-agent" "$v" "$out/src-$rev/agent"
     agents+=("$rev=$v/bin/ipvs-leftovers")
 done
 "$repo/.venv/bin/python" -m bench.fastbuild "$out/render" "$n"
