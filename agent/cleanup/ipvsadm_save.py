@@ -6,17 +6,18 @@ comes from the reading (ipvsadm.c print_service_entry with FMT_RULE|FMT_NUMERIC)
 
 Order: ipvsadm sorts with glibc qsort and comparators that subtract unsigned 32-bit numbers
 into an int (libipvs ipvs_cmp_services/ipvs_cmp_dests), so two addresses 2^31 or more apart
-compare the "wrong" way and the order is not a total order. When every compared field of a
-group lies within 2^31 of the others the comparator is a total order and any sort gives
-ipvsadm's; otherwise the merge sort glibc (<= 2.36, Debian 12) runs is replayed with that
-comparator.
+compare the "wrong" way and the order is not a total order. When each compared field's
+values lie on an arc of the 2^32 circle shorter than 2^31 (one value or one cluster, or the
+ClusterIP range and the node's addresses) the comparator is a total order and any stable
+sort gives ipvsadm's; otherwise the merge sort glibc (<= 2.36, Debian 12) runs is replayed
+with that comparator.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # restore's loader shares the word tables below without the dataclasses
@@ -35,6 +36,7 @@ SCHED_FLAGS = {
 OTHER_SCHED_FLAGS = ((0x8, "flag-1"), (0x10, "flag-2"), (0x20, "flag-3"))
 F_PERSISTENT, F_ONEPACKET, F_SCHED_ANY = 0x1, 0x4, 0x38
 _AF = {4: socket.AF_INET, 6: socket.AF_INET6}
+_CIRCLE, _HALF = 1 << 32, 1 << 31
 
 T = TypeVar("T")
 
@@ -113,9 +115,28 @@ def _glibc_msort(items: list[T], cmp: Callable[[T, T], int]) -> list[T]:
     return out + left[i:] + right[j:]
 
 
-def _spread_ok(rows: Sequence[tuple[int, ...]]) -> bool:
-    """Every column within 2^31: the wrapping subtraction then orders like real numbers."""
-    return all(max(col) - min(col) < 1 << 31 for col in zip(*rows, strict=True)) if rows else True
+def _arc_start(values: Iterable[int]) -> int | None:
+    """Where an arc of the 2^32 circle shorter than 2^31 that holds every value starts, or
+    None if there is none. Within such an arc the wrapping subtraction orders the values like
+    their distances from its start: 10.96.0.0/12 ClusterIPs and 192.168.0.0/16 node addresses
+    lie 0xB6 apart one way and 0x4A the other, so ipvsadm puts every node address first."""
+    points = sorted(set(values))
+    if len(points) <= 1:
+        return points[0] if points else 0
+    gaps = [(b - a, b) for a, b in zip(points, points[1:], strict=False)]
+    gaps.append((points[0] + _CIRCLE - points[-1], points[0]))
+    gap, start = max(gaps)
+    return start if _CIRCLE - gap < _HALF else None
+
+
+def _rotations(rows: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """_arc_start of every column, or None if a column has no such arc."""
+    starts = tuple(_arc_start(col) for col in zip(*rows, strict=True))
+    return None if None in starts else starts  # type: ignore[return-value]
+
+
+def _rotated(words: tuple[int, ...], starts: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple((w - s) & 0xFFFFFFFF for w, s in zip(words, starts, strict=True))
 
 
 def sort_services(services: Sequence[IpvsService]) -> list[IpvsService]:
@@ -125,8 +146,15 @@ def sort_services(services: Sequence[IpvsService]) -> list[IpvsService]:
     by_af: dict[int, list[tuple[int, ...]]] = {}
     for f in fields:
         by_af.setdefault(f[1], []).append(f[3])
-    if _spread_ok([(f[0],) for f in fields]) and all(map(_spread_ok, by_af.values())):
-        order = sorted(range(len(services)), key=fields.__getitem__)
+    marks = _arc_start(f[0] for f in fields)
+    starts = {af: _rotations(rows) for af, rows in by_af.items()}
+    if marks is not None and None not in starts.values():
+        # a total order: every stable sort gives the order glibc's stable merge sort gives
+        keys = [
+            ((f[0] - marks) & 0xFFFFFFFF, f[1], f[2], _rotated(f[3], starts[f[1]]), f[4])  # type: ignore[arg-type]
+            for f in fields
+        ]
+        order = sorted(range(len(services)), key=keys.__getitem__)
     else:  # the fields once per service, not twice per comparison
         order = _glibc_msort(
             list(range(len(services))), lambda i, j: _cmp_fields(fields[i], fields[j])
@@ -136,8 +164,10 @@ def sort_services(services: Sequence[IpvsService]) -> list[IpvsService]:
 
 def sort_dests(dests: Sequence[IpvsDest]) -> list[IpvsDest]:
     words = [_words(d.address) for d in dests]
-    if len({len(w) for w in words}) <= 1 and _spread_ok(words):
-        order = sorted(range(len(dests)), key=lambda i: (words[i], dests[i].port))
+    starts = _rotations(words) if len({len(w) for w in words}) <= 1 else None
+    if starts is not None:
+        keys = [(_rotated(w, starts), d.port) for w, d in zip(words, dests, strict=True)]
+        order = sorted(range(len(dests)), key=keys.__getitem__)
         return [dests[i] for i in order]
     return _glibc_msort(list(dests), cmp_dests)
 
