@@ -133,11 +133,9 @@ class IpvsEvidence:
 
     def sets_needed(self, svc: IpvsService) -> frozenset[str]:
         """The sets whose members can name `svc`'s address and port (SPEC §4)."""
-        if svc.address is None or (svc.protocol, _addr(svc.address), svc.port) == (
-            names.PROBE_SERVICE
-        ):
+        if svc.address is None or (svc.protocol, svc.address, svc.port) == names.PROBE_SERVICE:
             return frozenset()  # fwmark services are never kube-proxy's; the probe is known
-        if _addr(svc.address) in self.node:
+        if svc.address in self.node:
             # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
             return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
         return names.VIP_PORT_SETS
@@ -146,7 +144,7 @@ class IpvsEvidence:
         """What names `svc` as kube-proxy's: strong evidence names its address and port."""
         if svc.address is None or svc.port is None:
             return Attribution()  # kube-proxy's ipvs mode never makes fwmark services
-        addr = _addr(svc.address)
+        addr = svc.address  # the reader's inet_ntop spelling, as the indexes hold
         strong: list[str] = []
         weak: list[str] = []
         member = f"{addr},{svc.protocol.lower()}:{svc.port}"
@@ -191,7 +189,8 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
     Only those sets are decoded: a NodePort on a node address needs the small bitmap sets of
     its protocol, anything else the `IP,proto:port` sets.
     """
-    index = IpvsEvidence.of(links)
+    # only the node's addresses: kube-ipvs0's thousands are not needed to choose sets
+    index = IpvsEvidence.of(Links(kube_ipvs0=None, node_addresses=links.node_addresses))
     needed: set[str] = set()
     for s in services:
         needed |= index.sets_needed(s)

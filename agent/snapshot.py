@@ -135,7 +135,7 @@ class CountedDests(_DeferredDests):
 class IpvsService:
     family: int  # 4 or 6
     protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services
-    address: str | None
+    address: str | None  # inet_ntop's spelling (the classifier compares it as is)
     port: int | None
     fwmark: int | None
     scheduler: str
