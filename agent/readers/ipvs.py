@@ -50,7 +50,15 @@ from agent.readers.ipvs_wire import (
     service_key,
 )
 from agent.readers.kernel import Presence, presence
-from agent.readers.netlink import GenericNetlink, NetlinkError, attrs, consistent, nul_text
+from agent.readers.netlink import (
+    NLA_F_NESTED,
+    NLA_F_NET_BYTEORDER,
+    GenericNetlink,
+    NetlinkError,
+    attrs,
+    consistent,
+    nul_text,
+)
 from agent.snapshot import CountedDests, IpvsDest, IpvsService, LazyDests, Reading
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
@@ -58,6 +66,9 @@ _FWD_MASK = 0x7
 # What the kernel means when it sends no netmask: one client address per persistence entry.
 _ALL = 0xFFFFFFFF
 _DEFAULT_MASK: dict[int, int] = {socket.AF_INET: _ALL, socket.AF_INET6: 128}
+_NLA_HEADER = struct.Struct("=HH")
+_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
+_U16, _U32, _BE16 = struct.Struct("=H"), struct.Struct("=I"), struct.Struct("!H")
 
 
 def _u(view: memoryview | None, fmt: str = "=I") -> int:
@@ -80,24 +91,54 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
 
 
 def service_of(payload: memoryview) -> IpvsService:
-    """A service from one IPVS_CMD_NEW_SERVICE answer (its key is made when a dump needs it)."""
-    svc = attrs(attrs(payload, 4)[ATTR_SERVICE])
-    af = _u(svc.get(SVC_AF), "=H")
-    fwmark = _u(svc.get(SVC_FWMARK))
-    proto = _u(svc.get(SVC_PROTOCOL), "=H")
-    flags = svc.get(SVC_FLAGS)
-    sched = nul_text(svc.get(SVC_SCHED))
+    """A service from one IPVS_CMD_NEW_SERVICE answer (its key is made when a dump needs it).
+
+    One pass over the nested attributes instead of attrs(): a dict of memoryview slices per
+    service was a quarter of a warm scrape's Python time at 10,000 Services."""
+    svc = attrs(payload, 4)[ATTR_SERVICE]
+    af = proto = fwmark = flags = timeout = port = 0
+    netmask: int | None = None
+    addr: memoryview | None = None
+    sched = pe_name = ""
+    offset, end = 0, len(svc)
+    while offset + 4 <= end:
+        length, kind = _NLA_HEADER.unpack_from(svc, offset)
+        if length < 4:
+            break
+        kind &= _KIND
+        at = offset + 4
+        if kind == SVC_AF:
+            af = _U16.unpack_from(svc, at)[0]
+        elif kind == SVC_PROTOCOL:
+            proto = _U16.unpack_from(svc, at)[0]
+        elif kind == SVC_ADDR:
+            addr = svc[at : offset + length]
+        elif kind == SVC_PORT:
+            port = _BE16.unpack_from(svc, at)[0]
+        elif kind == SVC_FWMARK:
+            fwmark = _U32.unpack_from(svc, at)[0]
+        elif kind == SVC_SCHED:
+            sched = nul_text(svc[at : offset + length])
+        elif kind == SVC_FLAGS:  # struct ip_vs_flags: the flags, then their mask
+            flags = _U32.unpack_from(svc, at)[0]
+        elif kind == SVC_TIMEOUT:
+            timeout = _U32.unpack_from(svc, at)[0]
+        elif kind == SVC_NETMASK:
+            netmask = _U32.unpack_from(svc, at)[0]
+        elif kind == SVC_PE_NAME:
+            pe_name = nul_text(svc[at : offset + length])
+        offset += (length + 3) & ~3
     return IpvsService(
         family=6 if af == socket.AF_INET6 else 4,
         protocol="FWM" if fwmark else PROTOCOLS.get(proto, str(proto)),
-        address=None if fwmark else _ip(svc.get(SVC_ADDR), af),
-        port=None if fwmark else _u(svc.get(SVC_PORT), "!H"),
+        address=None if fwmark else _ip(addr, af),
+        port=None if fwmark else port,
         fwmark=fwmark or None,
         scheduler=sched,
-        flags=_u(flags),
-        timeout=_u(svc.get(SVC_TIMEOUT)),
-        netmask=_u(svc[SVC_NETMASK]) if SVC_NETMASK in svc else _DEFAULT_MASK.get(af, _ALL),
-        pe_name=nul_text(svc.get(SVC_PE_NAME)),
+        flags=flags,
+        timeout=timeout,
+        netmask=_DEFAULT_MASK.get(af, _ALL) if netmask is None else netmask,
+        pe_name=pe_name,
     )
 
 
