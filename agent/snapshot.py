@@ -120,7 +120,7 @@ class CountedDests(_DeferredDests):
     __slots__ = ("_count", "_fetch")
 
     def __init__(self, count: int, fetch: Callable[[], tuple[IpvsDest, ...]]) -> None:
-        super().__init__()
+        self._decoded = None  # _DeferredDests' state, set here: one per virtual server
         self._count = count
         self._fetch = fetch
 

@@ -13,7 +13,15 @@ from collections.abc import Collection, Iterator
 
 from agent.readers._timing import Absent, timed
 from agent.readers.kernel import Presence, presence
-from agent.readers.netlink import IpsetNetlink, NetlinkError, attrs, consistent, nul_text
+from agent.readers.netlink import (
+    NLA_F_NESTED,
+    NLA_F_NET_BYTEORDER,
+    IpsetNetlink,
+    NetlinkError,
+    attrs,
+    consistent,
+    nul_text,
+)
 from agent.snapshot import Ipset, Reading
 
 SETNAME, TYPENAME, FAMILY, DATA, ADT = 2, 3, 5, 7, 8
@@ -23,50 +31,75 @@ ELEMENTS, REFERENCES = 24, 25
 IPADDR_IPV4, IPADDR_IPV6 = 1, 2
 _PROTOS = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "icmpv6"}
 _FAMILIES = {2: 4, 10: 6}
+_NLA_HEADER, _BE16 = struct.Struct("=HH"), struct.Struct("!H")
+_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 
 
 def _be(view: memoryview | None, fmt: str = "!I") -> int | None:
     return None if view is None else int(struct.unpack_from(fmt, view)[0])
 
 
-def _addr(view: memoryview | None) -> str | None:
-    if view is None:
-        return None
-    a = attrs(view)
-    raw = a.get(IPADDR_IPV4)
-    if raw is not None:
-        return socket.inet_ntop(socket.AF_INET, raw)
-    raw = a.get(IPADDR_IPV6)
-    # inet_ntop, as ipset prints them (ipaddress spells ::ffff:a.b.c.d differently)
-    return None if raw is None else socket.inet_ntop(socket.AF_INET6, raw)
+def _addr(view: memoryview) -> str | None:
+    """A nested IPSET_ATTR_IP / IP2: its IPADDR_IPV4 or IPADDR_IPV6, as ipset prints it
+    (inet_ntop; ipaddress spells ::ffff:a.b.c.d differently)."""
+    offset, found = 0, None
+    while offset + 4 <= len(view):
+        length, kind = _NLA_HEADER.unpack_from(view, offset)
+        if length < 4:
+            break
+        kind &= _KIND
+        if kind == IPADDR_IPV4:
+            found = socket.inet_ntop(socket.AF_INET, view[offset + 4 : offset + length])
+        elif kind == IPADDR_IPV6:
+            found = socket.inet_ntop(socket.AF_INET6, view[offset + 4 : offset + length])
+        offset += (length + 3) & ~3
+    return found
 
 
-def _with_prefix(ip: str, cidr: memoryview | None) -> str:
+def _with_prefix(ip: str, cidr: int | None) -> str:
     """`ip/len`, or just `ip` for a host prefix (/32, /128 for IPv6), as ipset prints it."""
-    if cidr is None or cidr[0] == (128 if ":" in ip else 32):
+    if cidr is None or cidr == (128 if ":" in ip else 32):
         return ip
-    return f"{ip}/{cidr[0]}"
+    return f"{ip}/{cidr}"
 
 
 def format_entry(data: memoryview) -> str:
-    """One member in `ipset save` notation, whatever the set type."""
-    a = attrs(data)
+    """One member in `ipset save` notation, whatever the set type.
+
+    One pass over the member's attributes: a dict of slices per member (attrs()) was a third
+    of reading a 10,000-member KUBE-CLUSTER-IP."""
+    ip = ip2 = None
+    cidr = cidr2 = port = port_to = proto = None
+    offset, end = 0, len(data)
+    while offset + 4 <= end:
+        length, kind = _NLA_HEADER.unpack_from(data, offset)
+        if length < 4:
+            break
+        kind &= _KIND
+        at = offset + 4
+        if kind == IP:
+            ip = _addr(data[at : offset + length])
+        elif kind == PORT:
+            port = _BE16.unpack_from(data, at)[0]
+        elif kind == PROTO:
+            proto = data[at]
+        elif kind == CIDR:
+            cidr = data[at]
+        elif kind == PORT_TO:
+            port_to = _BE16.unpack_from(data, at)[0]
+        elif kind == IP2:
+            ip2 = _addr(data[at : offset + length])
+        elif kind == CIDR2:
+            cidr2 = data[at]
+        offset += (length + 3) & ~3
     parts: list[str] = []
-    ip = _addr(a.get(IP))
-    cidr = a.get(CIDR)
     if ip is not None:
         parts.append(_with_prefix(ip, cidr))
-    port = _be(a.get(PORT), "!H")
     if port is not None:
-        port_to = _be(a.get(PORT_TO), "!H")
         text = f"{port}-{port_to}" if port_to not in (None, port) else str(port)
-        proto = a.get(PROTO)
-        parts.append(
-            f"{_PROTOS.get(proto[0], str(proto[0]))}:{text}" if proto is not None else text
-        )
-    ip2 = _addr(a.get(IP2))
+        parts.append(f"{_PROTOS.get(proto, str(proto))}:{text}" if proto is not None else text)
     if ip2 is not None:
-        parts.append(_with_prefix(ip2, a.get(CIDR2)))
+        parts.append(_with_prefix(ip2, cidr2))
     return ",".join(parts)
 
 

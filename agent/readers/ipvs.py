@@ -90,12 +90,21 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
     return service, service_key(service)
 
 
+def _only_attr(payload: memoryview, kind: int) -> memoryview:
+    """The attribute `kind` of an answer whose only attribute it is (after the genl header),
+    as the kernel sends IPVS answers; any other layout goes through attrs()."""
+    length, found = _NLA_HEADER.unpack_from(payload, 4)
+    if found & _KIND == kind and 4 + ((length + 3) & ~3) >= len(payload) >= 4 + length >= 8:
+        return payload[8 : 4 + length]
+    return attrs(payload, 4)[kind]
+
+
 def service_of(payload: memoryview) -> IpvsService:
     """A service from one IPVS_CMD_NEW_SERVICE answer (its key is made when a dump needs it).
 
     One pass over the nested attributes instead of attrs(): a dict of memoryview slices per
     service was a quarter of a warm scrape's Python time at 10,000 Services."""
-    svc = attrs(payload, 4)[ATTR_SERVICE]
+    svc = _only_attr(payload, ATTR_SERVICE)
     af = proto = fwmark = flags = timeout = port = 0
     netmask: int | None = None
     addr: memoryview | None = None
@@ -299,8 +308,10 @@ class _DestFetcher:
 
 def counted(fetcher: _DestFetcher, svc: IpvsService, count: int) -> CountedDests:
     """`count` real servers of `svc`, dumped by `fetcher` when first looked at."""
-    fields = (svc.family, svc.protocol, svc.address, svc.port, svc.fwmark)
-    return CountedDests(count, functools.partial(fetcher.fetch, *fields))
+    fetch = functools.partial(
+        fetcher.fetch, svc.family, svc.protocol, svc.address, svc.port, svc.fwmark
+    )
+    return CountedDests(count, fetch)
 
 
 def _read() -> tuple[IpvsService, ...]:
