@@ -67,7 +67,9 @@ def _cmp_words(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 def _svc_fields(s: IpvsService) -> tuple[int, int, int, tuple[int, ...], int]:
     proto = {"TCP": 6, "UDP": 17, "SCTP": 132}.get(s.protocol, 0)
-    return (s.fwmark or 0, _AF[s.family], proto, _words(s.address), s.port or 0)
+    # a fwmark service's address is libipvs' zeroed union: four words for IPv6, as an address
+    words = _words(s.address) if s.address else (0,) * (4 if s.family == 6 else 1)
+    return (s.fwmark or 0, _AF[s.family], proto, words, s.port or 0)
 
 
 def cmp_services(a: IpvsService, b: IpvsService) -> int:

@@ -25,8 +25,10 @@ def _v4(n: int) -> str:
     return socket.inet_ntoa(struct.pack("!I", n & 0xFFFFFFFF))
 
 
-def _svc(address: str | None, port: int | None, proto: str = "TCP", fwmark: int | None = None):  # type: ignore[no-untyped-def]
-    family = 6 if address and ":" in address else 4
+def _svc(  # type: ignore[no-untyped-def]
+    address: str | None, port: int | None, proto: str = "TCP", fwmark: int | None = None, v6=False
+):
+    family = 6 if v6 or (address and ":" in address) else 4
     return IpvsService(family, "FWM" if fwmark else proto, address, port, fwmark, "rr", 0, 0)
 
 
@@ -67,7 +69,10 @@ def test_random_tables_both_paths_agree_with_the_merge_sort(monkeypatch) -> None
         for _ in range(rng.randint(0, 40)):
             c = rng.choice(centres)
             if rng.random() < 0.1:
-                services.append(_svc(None, None, fwmark=rng.choice((1, 2, c))))
+                # IPv6 fwmark services too: libipvs compares their zeroed address as 4 words
+                services.append(
+                    _svc(None, None, fwmark=rng.choice((1, 2, c)), v6=rng.random() < 0.5)
+                )
             elif rng.random() < 0.2:
                 services.append(_svc(f"fd00::{rng.randrange(1 << 16):x}", rng.randrange(1, 3)))
             else:
