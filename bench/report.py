@@ -15,10 +15,11 @@ SCRAPE_INTERVAL_S = 30.0
 def node_cpu_share(r: dict[str, Any], meta: dict[str, Any]) -> float | None:
     """% of one core a real node spends scraping: the VM's CPU seconds per scrape, scaled by
     the host/VM Python speed ratio (bench/calibrate.py), over the scrape interval."""
+    # a merged table's rows keep their own run's calibration: the VM's speed varies by run
     cpu, host, vm = (
         r.get("serve_cpu_per_scrape_s"),
-        meta.get("calibrate_host_s"),
-        meta.get("calibrate_vm_s"),
+        r.get("calibrate_host_s", meta.get("calibrate_host_s")),
+        r.get("calibrate_vm_s", meta.get("calibrate_vm_s")),
     )
     if cpu is None or not host or not vm:
         return None
@@ -305,12 +306,26 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     meta = dict(docs[0]["meta"])
     meta["command"] = "`; `".join(d["meta"]["command"] for d in docs)
     meta["commit"] = ", ".join(sorted({str(d["meta"].get("commit")) for d in docs}))
-    results = sorted((r for d in docs for r in d["results"]), key=lambda r: r["n"])
+    results = sorted(
+        (
+            {
+                "calibrate_host_s": d["meta"].get("calibrate_host_s"),
+                "calibrate_vm_s": d["meta"].get("calibrate_vm_s"),
+                "commit": d["meta"].get("commit"),
+                **r,
+            }
+            for d in docs
+            for r in d["results"]
+        ),
+        key=lambda r: r["n"],
+    )
     keys = {
         k
         for r in results
         for k, v in r.items()
-        if k.endswith(("_s", "_mb")) and isinstance(v, int | float)
+        if k.endswith(("_s", "_mb"))
+        and not k.startswith("calibrate_")
+        and isinstance(v, int | float)
     }
     return {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
 
