@@ -25,6 +25,9 @@ class Options:
     # Count the nftables-mode table's chains and set elements (the report shows them; the
     # metrics do not, and at 10,000 Services they are most of a scrape's cost).
     nftables_detail: bool = True
+    # Read the virtual servers over netlink with every attribute (backups, plans, reports);
+    # without it from /proc/net/ip_vs, as much as the metrics use (serve's scrapes).
+    ipvs_detail: bool = True
     # When the answer is due (time.monotonic()): serve's scrape deadline. Each source gets at
     # most what is left of it, so a slow source costs its own source_up, not the whole scrape.
     deadline: float | None = None
@@ -47,7 +50,7 @@ def collect(opts: Options) -> Snapshot:
         return bounded(name, read, empty, budget)
 
     no_services: tuple[IpvsService, ...] = ()
-    ipvs_reading = run("ipvs", ipvs.read, no_services)
+    ipvs_reading = run("ipvs", lambda: ipvs.read(opts.ipvs_detail), no_services)
     links_reading = run("links", links.read, Links(kube_ipvs0=None))
     # Only the sets that can name a virtual server's address and port are decoded (SPEC §4).
     wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)

@@ -124,7 +124,9 @@ def serve(
     common.require_permission()
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
-    opts = dataclasses.replace(common.options(ctx), budget=source_timeout, nftables_detail=False)
+    opts = dataclasses.replace(
+        common.options(ctx), budget=source_timeout, nftables_detail=False, ipvs_detail=False
+    )
 
     def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
         scoped = dataclasses.replace(opts, deadline=current_deadline())
@@ -138,7 +140,8 @@ def serve(
         from agent.cleanup import procedure
         from agent.cleanup.autoclean import AutoCleanup, Streak
 
-        fresh_opts = dataclasses.replace(opts, budget=None)
+        # the cleanup's own reading: every attribute, as `cleanup --apply` reads it
+        fresh_opts = dataclasses.replace(opts, budget=None, ipvs_detail=True)
         auto = AutoCleanup(
             observe=shared.get,
             fresh=lambda: common.collection(fresh_opts, max_sync_age),

@@ -114,3 +114,41 @@ def test_the_file_is_parsed_as_it_is_read(tmp_path, monkeypatch) -> None:  # typ
     assert path.stat().st_size > 3_500_000
     # the text alone is 3.9 MB and its lines 9 MB more: read whole, the peak was 18.5 MB
     assert peak < 8_000_000, peak
+
+
+def test_services_as_serve_reads_them_without_netlink() -> None:
+    """serve's scrapes take the virtual servers from /proc/net/ip_vs (no netlink dump):
+    family, protocol, address, port, scheduler, flags as listed, and the real-server count."""
+    from agent.readers.ipvs import proc_services
+    from agent.snapshot import IpvsService
+
+    text = PROC.split("FWM  00000064")[0] + (
+        "TCP  C0A8010A:7580 wlc persistent 300 FFFFFF00\n"
+        "  -> 0AF40005:1F90      Route   2      4          7\n"
+        "  -> 0AF40006:1F90      Tunnel  1      0          0\n"
+        "UDP  0A600016:13CD rr ops \n"
+    )
+    parsed = proc_services(io.StringIO(text))
+    assert parsed is not None
+    services, counts = parsed
+    assert services == [
+        IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 0x2, 0),
+        IpvsService(4, "UDP", "10.96.0.10", 53, None, "rr", 0x3, 0),
+        IpvsService(4, "SCTP", "172.16.0.5", 9000, None, "rr", 0x2, 0),
+        IpvsService(6, "TCP", "fd00:96::1", 443, None, "rr", 0x2, 0),
+        IpvsService(4, "TCP", "192.168.1.10", 30080, None, "wlc", 0x3, 0),
+        IpvsService(4, "UDP", "10.96.0.22", 5069, None, "rr", 0x6, 0),
+    ]
+    assert counts == [2, 1, 0, 1, 2, 0]
+    assert proc_services(io.StringIO(PROC.split("TCP  0A")[0])) == ([], [])
+
+
+def test_services_proc_cannot_name_exactly_send_the_read_to_netlink() -> None:
+    from agent.readers.ipvs import proc_services
+
+    # a fwmark service: its line carries no family
+    assert proc_services(io.StringIO(PROC)) is None
+    # a key listed twice: the table changed while it was read
+    head, _ = PROC.split("TCP  0A600001:01BB rr\n")
+    twice = head + "TCP  0A600001:01BB rr\n" + "TCP  0A600001:01BB rr\n"
+    assert proc_services(io.StringIO(twice)) is None

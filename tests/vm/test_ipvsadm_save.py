@@ -186,3 +186,55 @@ def test_batched_deletions_answer_each_service_and_touch_no_other(
     assert p.stdout.split() == ["done"] * 200 + ["gone"]
     left = _ipvsadm(ns, "-S", "-n").splitlines()
     assert left == [f"-A -t 10.96.0.1:{p} -s rr" for p in range(201, 301)]
+
+
+SUMMARY = """\
+import json, sys
+from agent.readers import ipvs, netlink
+from agent.readers.ipvs_wire import CMD_GET_SERVICE
+dumps = []
+request = netlink.GenericNetlink.request
+def counting(self, msg_type, cmd, version, body, dump=True):
+    dumps.append(cmd)
+    return request(self, msg_type, cmd, version, body, dump)
+netlink.GenericNetlink.request = counting
+def fields(services):
+    return sorted(
+        [s.family, s.protocol, s.address, s.port, s.fwmark, s.scheduler, s.flags, len(s.dests)]
+        for s in services
+    )
+summary = ipvs.read(detail=False)
+summary_dumps = dumps.count(CMD_GET_SERVICE)
+full = ipvs.read()
+assert summary.status == full.status == "ok", (summary.error, full.error)
+json.dump({"summary": fields(summary.data), "full": fields(full.data), "dumps": summary_dumps},
+          sys.stdout)
+"""
+
+
+@pytest.mark.parametrize("fwmark", [False, True], ids=["addresses", "with-fwmark"])
+def test_the_scrape_reads_the_services_proc_lists_as_netlink_does(
+    netns: Callable[[], str], fwmark: bool
+) -> None:
+    """serve reads the virtual servers from /proc/net/ip_vs: every field the metrics use and
+    every real-server count equal netlink's, with no service dump; a fwmark service (no
+    family in /proc) sends the read to netlink."""
+    import json
+
+    ns = _node(netns)
+    shapes = [line for line in SHAPES.splitlines() if fwmark or " -f " not in line]
+    _ipvsadm(ns, "-R", stdin="\n".join(shapes) + "\n" + _wrapping_services(300))
+    p = subprocess.run(
+        build.in_ns(ns, sys.executable, "-c", SUMMARY), capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+
+    # flags: netlink's as the kernel keeps them, /proc's from its words (hashed, persistent,
+    # one-packet); the sh scheduler's own flags are not in /proc
+    def comparable(rows: list[list[object]]) -> list[list[object]]:
+        return [[*r[:6], int(r[6]) & 0x7, r[7]] for r in rows]  # type: ignore[call-overload]
+
+    assert comparable(got["summary"]) == comparable(got["full"])
+    assert len(got["full"]) == 300 + (12 if fwmark else 9)
+    assert got["dumps"] == (1 if fwmark else 0)
