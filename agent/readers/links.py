@@ -10,18 +10,39 @@ import socket
 import struct
 
 from agent.readers._timing import timed
-from agent.readers.netlink import RtNetlink, attrs, consistent
+from agent.readers.netlink import NLA_F_NESTED, NLA_F_NET_BYTEORDER, RtNetlink, consistent
 from agent.snapshot import Link, Links, Reading
 
 KUBE_IPVS0 = "kube-ipvs0"
 _V6_LOOPBACK = bytes(15) + b"\x01"
 IFA_ADDRESS, IFA_LOCAL = 1, 2
+_IFADDRMSG, _NLA_HEADER = struct.Struct("=BBBBI"), struct.Struct("=HH")
+_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 
 
 def _loopback_or_link_local(family: int, raw: memoryview) -> bool:
     if family == socket.AF_INET:
         return raw[0] == 127 or (raw[0] == 169 and raw[1] == 254)
     return bytes(raw) == _V6_LOOPBACK or (raw[0] == 0xFE and raw[1] & 0xC0 == 0x80)
+
+
+def _address_of(payload: memoryview, family: int) -> memoryview | None:
+    """An RTM_NEWADDR's address: IFA_LOCAL for IPv4 (IFA_ADDRESS is the peer's on a
+    point-to-point link), else IFA_ADDRESS. One pass without a dict of every attribute:
+    attrs() per address was a third of reading kube-ipvs0's 10,000 addresses."""
+    offset, end = 8, len(payload)  # after struct ifaddrmsg
+    address = None
+    while offset + 4 <= end:
+        length, kind = _NLA_HEADER.unpack_from(payload, offset)
+        if length < 4:
+            break
+        kind &= _KIND
+        if kind == IFA_LOCAL and family == socket.AF_INET:
+            return payload[offset + 4 : offset + length]
+        if kind == IFA_ADDRESS:
+            address = payload[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
+    return address
 
 
 def _read() -> Links:
@@ -33,13 +54,8 @@ def _read() -> Links:
         kube_addrs: list[str] = []
         node: list[str] = []
         for p in rt.addresses():
-            family, prefix, _, _, index = struct.unpack_from("=BBBBI", p)
-            a = attrs(p, 8)
-            raw = (
-                a.get(IFA_LOCAL)
-                if family == socket.AF_INET and IFA_LOCAL in a
-                else a.get(IFA_ADDRESS)
-            )
+            family, prefix, _, _, index = _IFADDRMSG.unpack_from(p)
+            raw = _address_of(p, family)
             if raw is None:
                 continue
             # inet_ntop: ipaddress.ip_address per address cost a second of a 10,000-Service
