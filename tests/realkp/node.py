@@ -369,9 +369,42 @@ class KubeProxy:
             if self.synced():
                 took = time.monotonic() - self.started
                 self.timings[self.mode] = took
+                if self.mode == "ipvs":
+                    self._wait_settled(deadline)
                 return took
             time.sleep(4)  # each poll starts processes: keep them rare under TCG
         raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
+
+    def _sync_count(self) -> float:
+        return sum(
+            float(line.split()[-1])
+            for line in self.metrics().splitlines()
+            if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")
+        )
+
+    def _ipvs_state(self) -> str:
+        return ns_run(self.net.ns, "ipset", "save") + ns_run(self.net.ns, "ipvsadm", "-S", "-n")
+
+    def _wait_settled(self, deadline: float) -> None:
+        """Until a further sync of every family changes neither the sets nor IPVS.
+
+        ipvs mode adds each set member with its own `ipset add`; one that fails (logged, not
+        retried until the next sync) leaves a virtual server without the member that names it
+        as kube-proxy's (a CI run lost six under load). The periodic resync (30 s) adds it: the
+        state the tests take is the one a resync no longer changes."""
+        families = len(self.families())
+        count, state = self._sync_count(), self._ipvs_state()
+        while time.monotonic() < deadline:
+            time.sleep(4)
+            if self._sync_count() < count + families:
+                continue
+            count, now = self._sync_count(), self._ipvs_state()
+            if now == state:
+                return
+            failed = [line for line in self.tail(None).splitlines() if "Failed to" in line]
+            print(f"{self.net.ns}: a resync changed the ipvs state; kube-proxy: {failed[-3:]}")
+            state = now
+        raise RuntimeError(f"kube-proxy ipvs: the sets or IPVS still change: {self.tail()}")
 
     def tail(self, chars: int | None = 3000) -> str:
         text = self.log.read_text(errors="replace") if self.log else ""
