@@ -61,19 +61,25 @@ def _wrapping_services(n: int) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-PRINT = """\
-import sys
+# Run in the node: every generic-netlink request the agent makes is listed in `dumps`.
+COUNTING = """\
 from agent.readers import netlink
-from agent.cleanup.backup import ipvsadm_rules
-from agent.readers.ipvs_wire import CMD_GET_DEST
-from agent.cleanup.ipvsadm_save import supported
-from agent.readers import ipvs
 dumps = []
 request = netlink.GenericNetlink.request
 def counting(self, msg_type, cmd, version, body, dump=True):
     dumps.append(cmd)
     return request(self, msg_type, cmd, version, body, dump)
 netlink.GenericNetlink.request = counting
+"""
+
+PRINT = (
+    COUNTING
+    + """\
+import sys
+from agent.cleanup.backup import ipvsadm_rules
+from agent.readers.ipvs_wire import CMD_GET_DEST
+from agent.cleanup.ipvsadm_save import supported
+from agent.readers import ipvs
 services = ipvs.read().data
 # the read counts real servers in /proc/net/ip_vs: not one destination dump
 assert dumps.count(CMD_GET_DEST) == 0, dumps.count(CMD_GET_DEST)
@@ -85,6 +91,7 @@ unsupported = [s.key for s in services if not supported(s)]
 assert not unsupported, unsupported
 sys.stdout.write(text)
 """
+)
 
 
 def _node(netns: Callable[[], str]) -> str:
@@ -188,16 +195,12 @@ def test_batched_deletions_answer_each_service_and_touch_no_other(
     assert left == [f"-A -t 10.96.0.1:{p} -s rr" for p in range(201, 301)]
 
 
-SUMMARY = """\
+SUMMARY = (
+    COUNTING
+    + """\
 import json, sys
-from agent.readers import ipvs, netlink
+from agent.readers import ipvs
 from agent.readers.ipvs_wire import CMD_GET_SERVICE
-dumps = []
-request = netlink.GenericNetlink.request
-def counting(self, msg_type, cmd, version, body, dump=True):
-    dumps.append(cmd)
-    return request(self, msg_type, cmd, version, body, dump)
-netlink.GenericNetlink.request = counting
 def fields(services):
     return sorted(
         [s.family, s.protocol, s.address, s.port, s.fwmark, s.scheduler, s.flags, len(s.dests)]
@@ -210,6 +213,7 @@ assert summary.status == full.status == "ok", (summary.error, full.error)
 json.dump({"summary": fields(summary.data), "full": fields(full.data), "dumps": summary_dumps},
           sys.stdout)
 """
+)
 
 
 @pytest.mark.parametrize("fwmark", [False, True], ids=["addresses", "with-fwmark"])
