@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ class Options:
     # When the answer is due (time.monotonic()): serve's scrape deadline. Each source gets at
     # most what is left of it, so a slow source costs its own source_up, not the whole scrape.
     deadline: float | None = None
+
+
+def for_scrapes(opts: Options) -> Options:
+    """What serve reads on each scrape: what the metrics use, no more (no nftables table
+    detail; the virtual servers from /proc/net/ip_vs)."""
+    return dataclasses.replace(opts, nftables_detail=False, ipvs_detail=False)
 
 
 def _left(opts: Options) -> float | None:

@@ -22,11 +22,11 @@ INNER = """
 import cProfile, dataclasses, io, pstats, sys, time
 from prometheus_client import CollectorRegistry, generate_latest
 from agent.cli.common import collection as _collection
-from agent.collect import Options
+from agent.collect import Options, for_scrapes
 from agent.views.metrics import AgentCollector, SharedCollection
 
 # no per-source budget: each reader then runs in this thread, where cProfile sees it
-opts = Options(budget=None, nftables_detail=False)
+opts = for_scrapes(Options(budget=None))  # what serve reads
 shared = SharedCollection(lambda: _collection(opts, 0.0, config=True), 0.0)
 registry = CollectorRegistry(auto_describe=False)
 registry.register(AgentCollector(shared, None))

@@ -116,6 +116,7 @@ def serve(
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from agent import logs
+    from agent.collect import for_scrapes
     from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
     from agent.views.server import make_server, serve_until_signalled
 
@@ -124,9 +125,7 @@ def serve(
     common.require_permission()
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
-    opts = dataclasses.replace(
-        common.options(ctx), budget=source_timeout, nftables_detail=False, ipvs_detail=False
-    )
+    opts = for_scrapes(dataclasses.replace(common.options(ctx), budget=source_timeout))
 
     def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
         scoped = dataclasses.replace(opts, deadline=current_deadline())
