@@ -28,8 +28,10 @@ def get(host: str, port: int, path: str) -> tuple[int, bytes]:
 
 
 def _cpu(pid: str) -> float:
+    """utime + stime + cutime + cstime: the server's CPU and that of the children it waited
+    for (serve runs iptables-nft-save / iptables-legacy-save on every scrape)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -62,7 +64,8 @@ def main() -> int:
         if code != 200:
             print(f"/metrics answered {code}: {body[:500]!r}", file=sys.stderr)
             return 1
-    # the server's CPU seconds (user + system) per timed scrape, from /proc/PID/stat
+    # the server's CPU seconds (user + system, its waited-for children's included) per timed
+    # scrape, from /proc/PID/stat
     cpu = (_cpu(cpu_pid) - cpu0) / k if cpu_pid else None
     if peer:
         text = body.decode()
