@@ -164,7 +164,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "restore BUNDLE` after the cleanup; tools: `ipset restore`, `iptables-nft-restore`, "
         "`ip -batch`, `ipvsadm -R` loading the same objects from scratch. CPU per scrape: "
         "serve's user+system CPU per timed scrape in the VM, with the save tools it runs "
-        "(waited-for children) since 3b9feee; before, without them.",
+        "(waited-for children); runs before bf233b4 counted serve alone.",
         "",
         "| Services | warm scrape | node_exporter | ratio (≤1) | serve MB | node_exporter MB "
         "| cleanup | change window | kube-proxy --cleanup | cleanup ratio (≤1) "
