@@ -14,8 +14,8 @@ from collections.abc import Collection, Iterator
 from agent.readers._timing import Absent, timed
 from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
-    NLA_F_NESTED,
-    NLA_F_NET_BYTEORDER,
+    NLA_HEADER,
+    NLA_KIND,
     IpsetNetlink,
     NetlinkError,
     attrs,
@@ -31,8 +31,7 @@ ELEMENTS, REFERENCES = 24, 25
 IPADDR_IPV4, IPADDR_IPV6 = 1, 2
 _PROTOS = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "icmpv6"}
 _FAMILIES = {2: 4, 10: 6}
-_NLA_HEADER, _BE16 = struct.Struct("=HH"), struct.Struct("!H")
-_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
+_BE16 = struct.Struct("!H")
 
 
 def _be(view: memoryview | None, fmt: str = "!I") -> int | None:
@@ -44,10 +43,10 @@ def _addr(view: memoryview) -> str | None:
     (inet_ntop; ipaddress spells ::ffff:a.b.c.d differently)."""
     offset, found = 0, None
     while offset + 4 <= len(view):
-        length, kind = _NLA_HEADER.unpack_from(view, offset)
+        length, kind = NLA_HEADER.unpack_from(view, offset)
         if length < 4:
             break
-        kind &= _KIND
+        kind &= NLA_KIND
         if kind == IPADDR_IPV4:
             found = socket.inet_ntop(socket.AF_INET, view[offset + 4 : offset + length])
         elif kind == IPADDR_IPV6:
@@ -72,10 +71,10 @@ def format_entry(data: memoryview) -> str:
     cidr = cidr2 = port = port_to = proto = None
     offset, end = 0, len(data)
     while offset + 4 <= end:
-        length, kind = _NLA_HEADER.unpack_from(data, offset)
+        length, kind = NLA_HEADER.unpack_from(data, offset)
         if length < 4:
             break
-        kind &= _KIND
+        kind &= NLA_KIND
         at = offset + 4
         if kind == IP:
             ip = _addr(data[at : offset + length])

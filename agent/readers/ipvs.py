@@ -51,8 +51,8 @@ from agent.readers.ipvs_wire import (
 )
 from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
-    NLA_F_NESTED,
-    NLA_F_NET_BYTEORDER,
+    NLA_HEADER,
+    NLA_KIND,
     GenericNetlink,
     NetlinkError,
     attrs,
@@ -66,8 +66,6 @@ _FWD_MASK = 0x7
 # What the kernel means when it sends no netmask: one client address per persistence entry.
 _ALL = 0xFFFFFFFF
 _DEFAULT_MASK: dict[int, int] = {socket.AF_INET: _ALL, socket.AF_INET6: 128}
-_NLA_HEADER = struct.Struct("=HH")
-_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 _U16, _U32, _BE16 = struct.Struct("=H"), struct.Struct("=I"), struct.Struct("!H")
 
 
@@ -93,8 +91,8 @@ def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
 def _only_attr(payload: memoryview, kind: int) -> memoryview:
     """The attribute `kind` of an answer whose only attribute it is (after the genl header),
     as the kernel sends IPVS answers; any other layout goes through attrs()."""
-    length, found = _NLA_HEADER.unpack_from(payload, 4)
-    if found & _KIND == kind and 4 + ((length + 3) & ~3) >= len(payload) >= 4 + length >= 8:
+    length, found = NLA_HEADER.unpack_from(payload, 4)
+    if found & NLA_KIND == kind and 4 + ((length + 3) & ~3) >= len(payload) >= 4 + length >= 8:
         return payload[8 : 4 + length]
     return attrs(payload, 4)[kind]
 
@@ -111,10 +109,10 @@ def service_of(payload: memoryview) -> IpvsService:
     sched = pe_name = ""
     offset, end = 0, len(svc)
     while offset + 4 <= end:
-        length, kind = _NLA_HEADER.unpack_from(svc, offset)
+        length, kind = NLA_HEADER.unpack_from(svc, offset)
         if length < 4:
             break
-        kind &= _KIND
+        kind &= NLA_KIND
         at = offset + 4
         if kind == SVC_AF:
             af = _U16.unpack_from(svc, at)[0]
@@ -217,11 +215,11 @@ def proc_dests(lines: Iterable[str]) -> dict[ProcKey, tuple[IpvsDest, ...]]:
             if forward is None:
                 dropped.add(current)
                 continue
-            host, _, port = words[1].rpartition(":")
+            address, port = _proc_endpoint(words[1])
             found[current].append(
                 IpvsDest(
-                    address=_proc_address(host),
-                    port=int(port, 16),
+                    address=address,
+                    port=port,
                     forward=forward,
                     weight=int(words[3]),
                     active_conns=int(words[4]),
@@ -244,13 +242,19 @@ def _proc_address(host: str) -> str:
     return socket.inet_ntop(socket.AF_INET, bytes.fromhex(host))
 
 
+def _proc_endpoint(word: str) -> tuple[str, int]:
+    """`0A600001:01BB` or `[fd00:0096:...:0001]:01BB`: the address as inet_ntop spells it, and
+    the port."""
+    host, _, port = word.rpartition(":")
+    return _proc_address(host), int(port, 16)
+
+
 def _proc_service_key(words: list[str]) -> ProcKey | None:
     if len(words) < 2:
         return None
     if words[0] == "FWM":
         return ("FWM", int(words[1], 16))
-    host, _, port = words[1].rpartition(":")
-    return (words[0], _proc_address(host), int(port, 16))
+    return (words[0], *_proc_endpoint(words[1]))
 
 
 # IP_VS_SVC_F_* (include/uapi/linux/ip_vs.h): what a /proc/net/ip_vs service line shows
@@ -279,8 +283,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
             continue
         if words[0] == "FWM":
             return None
-        host, _, port_hex = words[1].rpartition(":")
-        address, port = _proc_address(host), int(port_hex, 16)
+        address, port = _proc_endpoint(words[1])
         key = (words[0], address, port)
         if key in seen:
             return None
@@ -288,7 +291,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         # a listed service is in the kernel's table: hashed, as netlink reports it too
         flags = _F_HASHED | (_F_PERSISTENT if "persistent" in words else 0)
         flags |= _F_ONEPACKET if "ops" in words else 0
-        family = 6 if host.startswith("[") else 4
+        family = 6 if ":" in address else 4
         services.append(IpvsService(family, words[0], address, port, None, words[2], flags, 0))
         counts.append(0)
     return services, counts

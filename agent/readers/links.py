@@ -10,14 +10,13 @@ import socket
 import struct
 
 from agent.readers._timing import timed
-from agent.readers.netlink import NLA_F_NESTED, NLA_F_NET_BYTEORDER, RtNetlink, consistent
+from agent.readers.netlink import NLA_HEADER, NLA_KIND, RtNetlink, consistent
 from agent.snapshot import Link, Links, Reading
 
 KUBE_IPVS0 = "kube-ipvs0"
 _V6_LOOPBACK = bytes(15) + b"\x01"
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-_IFADDRMSG, _NLA_HEADER = struct.Struct("=BBBBI"), struct.Struct("=HH")
-_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
+_IFADDRMSG = struct.Struct("=BBBBI")
 
 
 def _loopback_or_link_local(family: int, raw: memoryview) -> bool:
@@ -33,10 +32,10 @@ def _address_of(payload: memoryview, family: int) -> memoryview | None:
     offset, end = 8, len(payload)  # after struct ifaddrmsg
     address = None
     while offset + 4 <= end:
-        length, kind = _NLA_HEADER.unpack_from(payload, offset)
+        length, kind = NLA_HEADER.unpack_from(payload, offset)
         if length < 4:
             break
-        kind &= _KIND
+        kind &= NLA_KIND
         if kind == IFA_LOCAL and family == socket.AF_INET:
             return payload[offset + 4 : offset + length]
         if kind == IFA_ADDRESS:

@@ -34,6 +34,10 @@ NLA_F_NESTED = 0x8000
 NLA_F_NET_BYTEORDER = 0x4000
 _NLMSG = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")
+# For the readers' one-pass attribute walks (hot paths where attrs()' dict costs): an
+# attribute's header, and the mask that clears its nested / byte-order flags from its type.
+NLA_HEADER = _NLA
+NLA_KIND = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)
 _GENL = struct.Struct("=BBH")  # genlmsghdr: cmd, version, reserved
 _RECV = 1 << 20
 # Requests per send in NetlinkSocket.commands. Each ACK is charged to the receive buffer at
@@ -58,9 +62,7 @@ def attrs(data: bytes | memoryview, offset: int = 0) -> dict[int, memoryview]:
         length, kind = _NLA.unpack_from(view, offset)
         if length < _NLA.size:
             break
-        out[kind & ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER)] = view[
-            offset + _NLA.size : offset + length
-        ]
+        out[kind & NLA_KIND] = view[offset + _NLA.size : offset + length]
         offset += (length + 3) & ~3
     return out
 
