@@ -334,13 +334,8 @@ class KubeProxy:
         so each family's last write of its sync is looked for in the kernel as well."""
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"kube-proxy {self.mode} exited: {self.tail()}")
-        syncs = [
-            float(line.split()[-1])
-            for line in self.metrics().splitlines()
-            if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")
-        ]
         families = self.families()
-        if not syncs or syncs[0] < len(families):
+        if self._sync_count() < len(families):
             return False
         if http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0] != 200:
             return False
@@ -376,6 +371,7 @@ class KubeProxy:
         raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
 
     def _sync_count(self) -> float:
+        """Syncs of every family so far (one metric for all of them in v1.30); 0 before any."""
         return sum(
             float(line.split()[-1])
             for line in self.metrics().splitlines()
@@ -396,9 +392,10 @@ class KubeProxy:
         count, state = self._sync_count(), self._ipvs_state()
         while time.monotonic() < deadline:
             time.sleep(4)
-            if self._sync_count() < count + families:
+            synced = self._sync_count()
+            if synced < count + families:
                 continue
-            count, now = self._sync_count(), self._ipvs_state()
+            count, now = synced, self._ipvs_state()
             if now == state:
                 return
             failed = [line for line in self.tail(None).splitlines() if "Failed to" in line]
