@@ -38,6 +38,8 @@ class Owner(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One object seen on the node, in one ownership class, with the evidence."""
+
     owner: Owner
     source: str  # the reader that saw it
     kind: str  # ipvs-service | ipset | chain | jump-rule | rule | link | nft-table
@@ -48,18 +50,24 @@ class Finding:
 
 @dataclass(frozen=True)
 class ChainRef:
+    """A chain with the table it is in."""
+
     table: IptTable
     chain: IptChain
 
 
 @dataclass(frozen=True)
 class RuleRef:
+    """A rule with the table it is in."""
+
     table: IptTable
     rule: IptRule
 
 
 @dataclass(frozen=True)
 class Mode:
+    """Which proxy mode kube-proxy runs, and whether the SPEC §5 gate confirms nftables."""
+
     detected: str  # ipvs | iptables | nftables | unknown
     nftables_confirmed: bool
     evidence: tuple[str, ...]  # what was seen
@@ -68,6 +76,8 @@ class Mode:
 
 @dataclass(frozen=True)
 class Classification:
+    """Every finding, the mode, and whether ipvs-mode leftovers are stale."""
+
     findings: tuple[Finding, ...]
     mode: Mode
     stale: bool

@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # its module imports yaml: a tenth of a cold audit's start in
 
 @dataclass(frozen=True)
 class Collection:
+    """A snapshot with its classification and the seconds the read took."""
+
     snapshot: Snapshot
     classification: Classification
     seconds: float

@@ -17,6 +17,8 @@ T = TypeVar("T", covariant=True)
 
 @dataclass(frozen=True)
 class Reading(Generic[T]):
+    """One source as read: its status, what it gave, and why not when it failed."""
+
     status: Status
     data: T
     error: str | None = None
@@ -28,6 +30,8 @@ class Reading(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class IpvsDest:
+    """A real server of an IPVS virtual server, with its forwarding method and counters."""
+
     address: str
     port: int
     forward: str  # masq | local | tunnel | route | bypass
@@ -133,6 +137,8 @@ class CountedDests(_DeferredDests):
 
 @dataclass(frozen=True, slots=True)
 class IpvsService:
+    """An IPVS virtual server: protocol, address and port, or a firewall mark."""
+
     family: int  # 4 or 6
     protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services
     address: str | None  # inet_ntop's spelling (the classifier compares it as is)
@@ -161,6 +167,8 @@ class IpvsService:
 
 @dataclass(frozen=True)
 class Ipset:
+    """An ipset: its header, and its members when the classifier needs them."""
+
     name: str
     type: str
     family: int | None  # 4, 6, or None for family-less types (bitmap:port)
@@ -177,6 +185,8 @@ BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROU
 
 @dataclass(frozen=True)
 class IptRule:
+    """One iptables rule, as iptables-save prints it."""
+
     chain: str
     text: str  # the rule exactly as iptables-save prints it, after `-A CHAIN `
     target: str | None  # -j / -g target
@@ -186,6 +196,8 @@ class IptRule:
 
 @dataclass(frozen=True)
 class IptChain:
+    """One iptables chain and its rules."""
+
     name: str
     rules: tuple[IptRule, ...]
 
@@ -196,6 +208,8 @@ class IptChain:
 
 @dataclass(frozen=True)
 class IptTable:
+    """One iptables table of one backend and family."""
+
     backend: str  # legacy | nft
     family: str  # ipv4 | ipv6
     name: str  # nat | filter | mangle | raw | security
@@ -207,6 +221,8 @@ class IptTable:
 
 @dataclass(frozen=True)
 class NftSet:
+    """A named nftables set or map, and how many elements it holds."""
+
     name: str
     is_map: bool
     elements: int | None  # None when not counted
@@ -214,6 +230,8 @@ class NftSet:
 
 @dataclass(frozen=True)
 class NftTable:
+    """An nftables table: its chain count and, for kube-proxy's, its sets."""
+
     family: str  # ip | ip6 | inet | arp | bridge | netdev
     name: str
     chains: int = 0
@@ -227,6 +245,8 @@ class NftTable:
 
 @dataclass(frozen=True)
 class Link:
+    """A network link: kind, state and addresses."""
+
     name: str
     index: int
     kind: str | None
@@ -236,6 +256,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Links:
+    """kube-ipvs0 and the node's own addresses on every other link."""
+
     kube_ipvs0: Link | None
     # The node's own addresses on every other link, without prefix length.
     node_addresses: tuple[str, ...] = ()
@@ -246,6 +268,8 @@ class Links:
 
 @dataclass(frozen=True)
 class Kernel:
+    """Kernel release, the sysctls ipvs mode sets and which subsystems are loaded."""
+
     release: str
     sysctls: dict[str, str] = field(default_factory=dict)
     # True loaded, False not loaded, None unknowable (a kernel without module support)
@@ -257,6 +281,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class KubeProxyMetrics:
+    """What kube-proxy's /metrics says about its syncs and its mode."""
+
     # kubeproxy_sync_proxy_rules_last_timestamp_seconds, by ip_family ("" when unlabelled).
     last_sync: dict[str, float] = field(default_factory=dict)
     nftables_sync_failures: float | None = None
@@ -269,6 +295,8 @@ class KubeProxyMetrics:
 
 @dataclass(frozen=True)
 class KubeProxyHealth:
+    """kube-proxy's /healthz or /livez answer."""
+
     http_status: int
     healthy: bool
     last_updated: float | None  # unix seconds
@@ -285,6 +313,8 @@ def _not_read() -> Reading[KubeProxyHealth | None]:
 
 @dataclass(frozen=True)
 class KubeProxy:
+    """What kube-proxy's endpoints answered, and when."""
+
     proxy_mode: Reading[str | None]
     metrics: Reading[KubeProxyMetrics | None]
     healthz: Reading[KubeProxyHealth | None]
@@ -298,6 +328,8 @@ class KubeProxy:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """Every source read once: what the classifier classifies."""
+
     ipvs: Reading[tuple[IpvsService, ...]]
     ipsets: Reading[tuple[Ipset, ...]]
     iptables_legacy: Reading[tuple[IptTable, ...]]

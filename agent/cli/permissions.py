@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from agent.readers.kernel import read_text
 
 CAP_NET_RAW = 13
 CAP_NET_ADMIN = 12
 
 
 def effective_caps(status: str | None = None) -> int:
-    text = status if status is not None else Path("/proc/self/status").read_text()
+    text = status if status is not None else read_text("/proc/self/status")
     for line in text.splitlines():
         if line.startswith("CapEff:"):
             return int(line.split()[1], 16)
@@ -19,7 +19,7 @@ def effective_caps(status: str | None = None) -> int:
 def _legacy_tables_present() -> bool:
     for name in ("ip_tables_names", "ip6_tables_names"):
         try:
-            if Path(f"/proc/net/{name}").read_text().strip():
+            if read_text(f"/proc/net/{name}").strip():
                 return True
         except OSError:
             continue

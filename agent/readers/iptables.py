@@ -9,11 +9,9 @@ prints rules (a deadlock with any other writer), and it cannot see the nft backe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agent.readers import iptables_save, tools
 from agent.readers._timing import Absent, timed
-from agent.readers.kernel import Presence, presence
+from agent.readers.kernel import Presence, presence, read_text
 from agent.readers.netlink import NfTables, attrs, nul_text
 from agent.snapshot import IptTable, Reading
 
@@ -38,7 +36,7 @@ def _read_legacy(timeout: float) -> tuple[IptTable, ...]:
         if presence(module) is not Presence.LOADED:
             continue  # no x_tables for this family: nothing to read, nothing to create
         seen = True
-        names = Path(f"/proc/net/{module}_names").read_text().split()
+        names = read_text(f"/proc/net/{module}_names").split()
         if not set(names) & set(TABLES):
             continue
         text = _save(f"{prefix}-legacy-save", timeout)

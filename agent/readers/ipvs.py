@@ -15,7 +15,6 @@ import itertools
 import socket
 import struct
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from agent.readers._timing import Absent, timed
 from agent.readers.ipvs_wire import (
@@ -167,7 +166,7 @@ def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
     )
 
 
-PROC_IPVS = Path("/proc/net/ip_vs")
+PROC_IPVS = "/proc/net/ip_vs"
 ProcKey = tuple[str, str, int] | tuple[str, int]
 
 
@@ -300,7 +299,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
 def read_proc_dests() -> dict[ProcKey, tuple[IpvsDest, ...]]:
     """proc_dests of the node now; {} when the file cannot be read or parsed."""
     try:
-        with PROC_IPVS.open() as lines:
+        with open(PROC_IPVS) as lines:
             return proc_dests(lines)
     except (OSError, ValueError):
         return {}
@@ -311,7 +310,7 @@ def read_proc_dest_counts() -> dict[ProcKey, int]:
     is parsed line by line as it is read: at 20,000 Services, its text and its list of lines
     held at once were 20 MB of serve's peak memory, a third of it."""
     try:
-        with PROC_IPVS.open() as lines:
+        with open(PROC_IPVS) as lines:
             return proc_dest_counts(lines)
     except (OSError, ValueError):
         return {}
@@ -398,7 +397,7 @@ def _read_summary() -> tuple[IpvsService, ...]:
     if presence("ip_vs") is Presence.ABSENT:
         raise Absent("ip_vs module not loaded")
     try:
-        with PROC_IPVS.open() as lines:
+        with open(PROC_IPVS) as lines:
             parsed = proc_services(lines)
     except (OSError, ValueError):
         parsed = None

@@ -122,6 +122,8 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 @dataclass(frozen=True)
 class Sample:
+    """One sample of a Prometheus text exposition."""
+
     name: str
     labels: dict[str, str]
     value: float

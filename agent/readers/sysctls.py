@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from agent.readers._timing import timed
-from agent.readers.kernel import SUBSYSTEMS, Presence, presence
+from agent.readers.kernel import SUBSYSTEMS, PathLike, Presence, presence, read_text
 from agent.snapshot import Kernel, Reading
 
 WATCHED = (
@@ -17,17 +16,17 @@ WATCHED = (
 IPVS_DIR = "net/ipv4/vs"  # exists only while ip_vs is loaded
 
 
-def _read(root: Path) -> Kernel:
+def _read(root: PathLike) -> Kernel:
     values: dict[str, str] = {}
     for name in WATCHED:
-        path = root / name
-        if path.exists():
-            values[name.replace("/", ".")] = path.read_text().strip()
-    vs = root / IPVS_DIR
-    if vs.is_dir():
-        for path in sorted(vs.iterdir()):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            values[name.replace("/", ".")] = read_text(path).strip()
+    vs = os.path.join(root, IPVS_DIR)
+    if os.path.isdir(vs):
+        for entry in sorted(os.listdir(vs)):
             try:
-                values[f"net.ipv4.vs.{path.name}"] = path.read_text().strip()
+                values[f"net.ipv4.vs.{entry}"] = read_text(os.path.join(vs, entry)).strip()
             except OSError:
                 continue  # some entries are write-only or need more privilege
     loaded = {Presence.LOADED: True, Presence.ABSENT: False, Presence.NO_MODULES: None}
@@ -39,5 +38,5 @@ def empty() -> Kernel:
     return Kernel(release=os.uname().release)
 
 
-def read(root: Path = Path("/proc/sys")) -> Reading[Kernel]:
+def read(root: PathLike = "/proc/sys") -> Reading[Kernel]:
     return timed(lambda: _read(root), empty())

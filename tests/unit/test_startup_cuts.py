@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+
+import pytest
 
 from agent.cleanup.backup import plan_document, plan_json
 from agent.readers.kube_proxy import parse_samples
@@ -127,3 +131,47 @@ def test_restore_imports_no_reader_classifier_or_dataclasses(tmp_path: Path) -> 
     )
     assert "agent.cleanup.restore" in mods and "agent.cleanup.ipvsadm_rules" in mods
     assert not mods & {"dataclasses", "agent.snapshot", "agent.classify", "agent.collect"}
+
+
+def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
+    """shutil pulls in zlib, bz2 and lzma; pathlib fnmatch and ntpath: none of them is any
+    use to a read of /proc and netlink, and each module costs a cold start."""
+    # Without site (-S): the checkout's editable-install hook imports pathlib itself.
+    code = (
+        "import click; from agent.cli import main; "
+        "main.get_command(click.Context(main), 'audit'); "
+        "import agent.collect, agent.classify, agent.collection, agent.views.report, "
+        "agent.cli.permissions, sys; print(' '.join(sorted(sys.modules)))"
+    )
+    path = os.pathsep.join([str(Path(__file__).parents[2]), sysconfig.get_paths()["purelib"]])
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    mods = set(out.stdout.split())
+    assert "agent.cli.audit" in mods and "agent.readers.tools" in mods
+    assert not mods & {"pathlib", "shutil", "zlib", "bz2", "lzma", "fnmatch"}
+
+
+def test_which_finds_the_first_executable_file_and_skips_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.readers import tools
+
+    plain, folder, first, second = (tmp_path / d for d in ("plain", "folder", "first", "second"))
+    for d in (plain, folder, first, second):
+        d.mkdir()
+    (plain / "ipset").write_text("")  # not executable
+    (folder / "ipset").mkdir()  # a directory, even if searchable
+    for d in (first, second):
+        (d / "ipset").write_text("#!/bin/sh\n")
+        (d / "ipset").chmod(0o755)
+    monkeypatch.chdir(second)
+    monkeypatch.setenv("PATH", os.pathsep.join(["", str(plain), str(folder), str(first)]))
+    assert tools.which("ipset") == str(first / "ipset")
+    monkeypatch.setenv("PATH", os.pathsep.join(["", str(plain)]))  # cwd holds one: not taken
+    with pytest.raises(tools.ToolError, match=r"no-such-tool not found \(install the no-such-tool"):
+        tools.which("no-such-tool")
