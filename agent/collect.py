@@ -18,6 +18,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Options:
+    """What to read and how long each source may take."""
+
     metrics_url: str = "http://127.0.0.1:10249"
     healthz_url: str = "http://127.0.0.1:10256/healthz"
     timeout: float = 5.0
@@ -26,8 +28,10 @@ class Options:
     # Count the nftables-mode table's chains and set elements (the report shows them; the
     # metrics do not, and at 10,000 Services they are most of a scrape's cost).
     nftables_detail: bool = True
-    # Read the virtual servers over netlink with every attribute (backups, plans, reports);
-    # without it from /proc/net/ip_vs, as much as the metrics use (serve's scrapes).
+    # Read the virtual servers over netlink with every attribute (backups, plans); without it
+    # from /proc/net/ip_vs, as much as the metrics, the report and the classifier use
+    # (serve's scrapes, audit). A fwmark service or a table that changed during the read
+    # sends that read to netlink all the same.
     ipvs_detail: bool = True
     # When the answer is due (time.monotonic()): serve's scrape deadline. Each source gets at
     # most what is left of it, so a slow source costs its own source_up, not the whole scrape.

@@ -220,9 +220,10 @@ json.dump({"summary": fields(summary.data), "full": fields(full.data), "dumps": 
 def test_the_scrape_reads_the_services_proc_lists_as_netlink_does(
     netns: Callable[[], str], fwmark: bool
 ) -> None:
-    """serve reads the virtual servers from /proc/net/ip_vs: every field the metrics use and
-    every real-server count equal netlink's, with no service dump; a fwmark service (no
-    family in /proc) sends the read to netlink."""
+    """serve's scrapes and audit read the virtual servers from /proc/net/ip_vs: every field
+    the metrics, the classifier and the report use and every real-server count equal
+    netlink's, with no service dump; a fwmark service (no family in /proc) sends the read to
+    netlink."""
     import json
 
     ns = _node(netns)
