@@ -16,10 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import fastbuild
+from bench.probe import bench_node
 from bench.suite import PIPELINE, med, timed
 from lab import build as lab_build
-from lab.kube_proxy import start_fake_kube_proxy
 
 
 def _comparable(text: str) -> str:
@@ -32,13 +31,8 @@ def _comparable(text: str) -> str:
 def main() -> int:
     n, render, out, k = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
     agents = sys.argv[5:]
-    subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "dummy"], check=True)
     ns = f"ab-{n}"
-    lab_build.delete_netns(ns)
-    lab_build.create_netns(ns)
-    fastbuild.apply(ns, fastbuild.bench_node(n), fastbuild.load(render, n))
-    kp = start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, out / "kp.json")
-    try:
+    with bench_node(ns, n, render, out):
         # The copies must report the same before their times count (read times aside).
         docs = {
             a: _comparable(timed(lab_build.in_ns(ns, a, "audit", "--json"), ok=(0, 1))[1])
@@ -79,9 +73,6 @@ def main() -> int:
                 lab_build.in_ns(ns, py, "-m", "cProfile", "-o", str(prof), a, "audit", "--json"),
                 capture_output=True,
             )
-    finally:
-        kp.stop()
-        lab_build.delete_netns(ns)
     return 0
 
 
