@@ -41,14 +41,13 @@ class LazyGroup(click.Group):
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        from urllib.parse import urlparse
+    from agent.readers.urls import split_url
 
-        parsed = urlparse(value)
-        parsed.port  # noqa: B018 - raises on a bad port
+    try:
+        parsed = split_url(value)
     except ValueError as exc:
         raise click.BadParameter(f"{value!r}: {exc}") from exc
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    if parsed.scheme not in ("http", "https") or not parsed.host:
         raise click.BadParameter(f"{value!r} is not an http(s)://HOST[:PORT] URL")
     return value
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from agent.readers._timing import Absent, timed
+from agent.readers.urls import split_url
 from agent.snapshot import KubeProxy, KubeProxyHealth, KubeProxyMetrics
 
 MODES = ("ipvs", "iptables", "nftables", "kernelspace")
@@ -32,12 +32,14 @@ def _get(url: str, timeout: float) -> tuple[int, bytes]:
     cold audit's imports in the benchmark's VM, for four GETs to the node itself. Never
     through a proxy: kube-proxy listens on the node, an HTTP(S)_PROXY from the pod's
     environment must not send these requests elsewhere. https:// goes through urllib."""
-    u = urlsplit(url)
+    try:
+        u = split_url(url)
+    except ValueError as exc:
+        raise Absent(f"{url} unreachable: {exc}") from exc
     if u.scheme != "http":
         return _get_urllib(url, timeout)
     try:
-        host, port = u.hostname or "", u.port or 80
-        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        host, port, path = u.host, u.port or 80, u.target
         # bytes: a str host makes getaddrinfo import the idna codec
         with socket.create_connection((host.encode(), port), timeout=timeout) as sock:  # type: ignore[arg-type]
             sock.sendall(

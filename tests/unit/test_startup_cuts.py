@@ -133,25 +133,29 @@ def test_restore_imports_no_reader_classifier_or_dataclasses(tmp_path: Path) -> 
     assert not mods & {"dataclasses", "agent.snapshot", "agent.classify", "agent.collect"}
 
 
-def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
-    """shutil pulls in zlib, bz2 and lzma; pathlib fnmatch and ntpath: none of them is any
-    use to a read of /proc and netlink, and each module costs a cold start."""
-    # Without site (-S): the checkout's editable-install hook imports pathlib itself.
-    code = (
-        "import click; from agent.cli import main; "
-        "main.get_command(click.Context(main), 'audit'); "
-        "import agent.collect, agent.classify, agent.collection, agent.views.report, "
-        "agent.cli.permissions, sys; print(' '.join(sorted(sys.modules)))"
-    )
+def _modules_without_site(code: str) -> set[str]:
+    """The modules after `code`, run without site (-S): the checkout's editable-install hook
+    imports pathlib and urllib.parse itself, an installed agent has no such hook."""
     path = os.pathsep.join([str(Path(__file__).parents[2]), sysconfig.get_paths()["purelib"]])
     out = subprocess.run(
-        [sys.executable, "-S", "-c", code],
+        [sys.executable, "-S", "-c", code + "; import sys; print(' '.join(sorted(sys.modules)))"],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "PYTHONPATH": path},
     )
-    mods = set(out.stdout.split())
+    return set(out.stdout.split())
+
+
+def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
+    """shutil pulls in zlib, bz2 and lzma; pathlib fnmatch and ntpath: none of them is any
+    use to a read of /proc and netlink, and each module costs a cold start."""
+    mods = _modules_without_site(
+        "import click; from agent.cli import main; "
+        "main.get_command(click.Context(main), 'audit'); "
+        "import agent.collect, agent.classify, agent.collection, agent.views.report, "
+        "agent.cli.permissions"
+    )
     assert "agent.cli.audit" in mods and "agent.readers.tools" in mods
     assert not mods & {"pathlib", "shutil", "zlib", "bz2", "lzma", "fnmatch"}
 
@@ -175,3 +179,67 @@ def test_which_finds_the_first_executable_file_and_skips_the_current_directory(
     monkeypatch.setenv("PATH", os.pathsep.join(["", str(plain)]))  # cwd holds one: not taken
     with pytest.raises(tools.ToolError, match=r"no-such-tool not found \(install the no-such-tool"):
         tools.which("no-such-tool")
+
+
+URLS = [
+    "http://127.0.0.1:10249",
+    "http://127.0.0.1:10249/",
+    "http://127.0.0.1:10256/healthz",
+    "http://LOCALHOST:10249/metrics?x=1&y=2#frag",
+    "https://node.example:443/healthz",
+    "http://[::1]:10249/proxyMode",
+    "http://[FD00::1]/x",
+    "http://user:secret@10.0.0.1:10249/m",
+    "http://10.0.0.1",
+    "http://10.0.0.1?q",
+    "http://10.0.0.1#f",
+    "http://10.0.0.1:/x",
+    "http://:10249/x",
+    "localhost:10249",
+    "127.0.0.1:10249",
+    "",
+    "http:/x",
+    "ftp://h/x",
+    "HTTP://H:1/A",
+]
+BAD_URLS = [
+    "http://127.0.0.1:port",
+    "http://127.0.0.1:99999",
+    "http://127.0.0.1:-1",
+    "http://[::1",
+    "http://::1]:80",
+    "http://h:１２",
+]
+
+
+def test_split_url_reads_urls_as_urlsplit_does() -> None:
+    from urllib.parse import urlsplit
+
+    from agent.readers.urls import split_url
+
+    for url in URLS:
+        u, ref = split_url(url), urlsplit(url)
+        target = (ref.path or "/") + (f"?{ref.query}" if ref.query else "")
+        want = (ref.scheme, ref.hostname or "", ref.port, target)
+        if ref.scheme in ("http", "https") and ref.hostname:
+            assert (u.scheme, u.host, u.port, u.target, u.netloc) == (*want, ref.netloc), url
+        else:  # not a URL the agent takes: both must say so
+            assert u.scheme not in ("http", "https") or not u.host, url
+    for url in BAD_URLS:
+        with pytest.raises(ValueError):
+            split_url(url)
+        with pytest.raises(ValueError):
+            urlsplit(url).port  # noqa: B018
+
+
+def test_the_audit_path_imports_no_url_library() -> None:
+    """The group checks both kube-proxy URLs on every command (click runs the callbacks on
+    defaults too)."""
+    mods = _modules_without_site(
+        "import click, io, contextlib; from agent.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['audit', '--help'], standalone_mode=False)\n"
+        "import agent.collect, agent.classify, agent.views.report, agent.readers.kube_proxy"
+    )
+    assert "agent.readers.urls" in mods
+    assert not mods & {"urllib.parse", "ipaddress"}
