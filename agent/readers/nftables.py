@@ -68,6 +68,29 @@ def _table_attr(payload: memoryview) -> bytes:
     return b"\0\0\0\0" + (b"" if value is None else bytes(value))
 
 
+def _set_header(payload: memoryview) -> tuple[memoryview | None, memoryview | None, int]:
+    """A set's table, name and flags, walking its attributes only until all three are seen.
+    kube-proxy's table holds an anonymous map per Service (the endpoints' numgen vmap): at
+    1,000 Services a dict of every attribute of each was most of the set dump's time. The
+    kernel sends no flags attribute for flags 0; the walk then reads to the end."""
+    table = name = None
+    flags = -1
+    offset, end = 4, len(payload)
+    while offset + 4 <= end and (table is None or name is None or flags < 0):
+        length, kind = NLA_HEADER.unpack_from(payload, offset)
+        if length < 4:
+            break
+        kind &= NLA_KIND
+        if kind == SET_TABLE:
+            table = payload[offset + 4 : offset + length]
+        elif kind == SET_NAME:
+            name = payload[offset + 4 : offset + length]
+        elif kind == SET_FLAGS:
+            flags = struct.unpack_from("!I", payload, offset + 4)[0]
+        offset += (length + 3) & ~3
+    return table, name, max(flags, 0)
+
+
 def _family(payload: memoryview) -> str:
     return FAMILIES.get(payload[0], str(payload[0]))
 
@@ -92,12 +115,11 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         chains = _chain_counts(nft)
         sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
-            a = attrs(p, 4)
-            flags = struct.unpack_from("!I", a[SET_FLAGS])[0] if SET_FLAGS in a else 0
+            set_table, set_name, flags = _set_header(p)
             if flags & SET_ANONYMOUS:
                 continue
-            key = (_family(p), nul_text(a.get(SET_TABLE)))
-            sets.setdefault(key, []).append((nul_text(a.get(SET_NAME)), bool(flags & SET_MAP)))
+            key = (_family(p), nul_text(set_table))
+            sets.setdefault(key, []).append((nul_text(set_name), bool(flags & SET_MAP)))
         out = []
         for family, name in tables:
             detailed = (family, name) in DETAILED

@@ -44,3 +44,23 @@ def test_chains_are_counted_per_family_and_table_wherever_the_table_attribute_is
         ("inet", "filter-with-a-long-name"): 2,
         ("99", "odd"): 1,
     }
+
+
+def test_a_sets_table_name_and_flags_wherever_they_are_and_flags_0_when_absent() -> None:
+    from agent.readers.netlink import nul_text
+    from agent.readers.nftables import _set_header
+
+    SET_TABLE, SET_NAME, SET_FLAGS, SET_KEY_TYPE, SET_HANDLE = 1, 2, 3, 4, 16
+
+    def header(view: memoryview) -> tuple[str, str, int]:
+        table, name, flags = _set_header(view)
+        return nul_text(table), nul_text(name), flags
+
+    head = struct.pack("=BBH", 2, 0, 0)
+    t, n = attr(SET_TABLE, b"kube-proxy\0"), attr(SET_NAME, b"__map3\0")
+    flags = attr(SET_FLAGS, struct.pack("!I", 0x1 | 0x2 | 0x8))
+    rest = attr(SET_HANDLE, struct.pack("!Q", 9)) + attr(SET_KEY_TYPE, struct.pack("!I", 7))
+    assert header(memoryview(head + t + n + flags + rest)) == ("kube-proxy", "__map3", 0xB)
+    assert header(memoryview(head + rest + flags + n + t)) == ("kube-proxy", "__map3", 0xB)
+    named = attr(SET_NAME, b"cluster-ips\0")
+    assert header(memoryview(head + t + named + rest)) == ("kube-proxy", "cluster-ips", 0)
