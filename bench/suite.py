@@ -196,7 +196,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
         agent_py = str(Path(AGENT).with_name("python"))
         # Untimed: compiles any stale bytecode (an installed wheel ships it compiled).
         timed(lab_build.in_ns(ns, AGENT, "audit", "--json"), ok=(0, 1))
-        for _ in range(k):
+        for _ in range(args.audit_repeat or k):
             pipe.append(timed(lab_build.in_ns(ns, "bash", "-c", PIPELINE))[0])
             t, fout = timed(lab_build.in_ns(ns, PY, str(REPO / "bench/floor.py"), "--json"))
             floor.append(t)
@@ -538,6 +538,12 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,5000,10000,20000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cleanup-repeat", type=int, default=0, help="default: --repeat")
+    ap.add_argument(
+        "--audit-repeat",
+        type=int,
+        default=0,
+        help="rounds of pipeline/floor/audit; default: --repeat",
+    )
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("VM_OUT", "/tmp")))
     ap.add_argument("--render-dir", type=Path)
     ap.add_argument("--profile-at", type=int, default=10000)
