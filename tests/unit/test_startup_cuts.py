@@ -103,11 +103,15 @@ print(sorted({"urllib.request", "http.client", "encodings.idna"} & set(sys.modul
 
 
 def _modules_after(code: str) -> set[str]:
+    """The modules after `code`, run without site (-S) as an installed agent would import
+    them: the checkout's editable-install hook imports pathlib and urllib.parse itself."""
+    path = os.pathsep.join([str(Path(__file__).parents[2]), sysconfig.get_paths()["purelib"]])
     out = subprocess.run(
-        [sys.executable, "-c", code + "; import sys; print(' '.join(sorted(sys.modules)))"],
+        [sys.executable, "-S", "-c", code + "; import sys; print(' '.join(sorted(sys.modules)))"],
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONPATH": path},
     )
     return set(out.stdout.split())
 
@@ -133,24 +137,10 @@ def test_restore_imports_no_reader_classifier_or_dataclasses(tmp_path: Path) -> 
     assert not mods & {"dataclasses", "agent.snapshot", "agent.classify", "agent.collect"}
 
 
-def _modules_without_site(code: str) -> set[str]:
-    """The modules after `code`, run without site (-S): the checkout's editable-install hook
-    imports pathlib and urllib.parse itself, an installed agent has no such hook."""
-    path = os.pathsep.join([str(Path(__file__).parents[2]), sysconfig.get_paths()["purelib"]])
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code + "; import sys; print(' '.join(sorted(sys.modules)))"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": path},
-    )
-    return set(out.stdout.split())
-
-
 def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
     """shutil pulls in zlib, bz2 and lzma; pathlib fnmatch and ntpath: none of them is any
     use to a read of /proc and netlink, and each module costs a cold start."""
-    mods = _modules_without_site(
+    mods = _modules_after(
         "import click; from agent.cli import main; "
         "main.get_command(click.Context(main), 'audit'); "
         "import agent.collect, agent.classify, agent.collection, agent.views.report, "
@@ -235,7 +225,7 @@ def test_split_url_reads_urls_as_urlsplit_does() -> None:
 def test_the_audit_path_imports_no_url_library() -> None:
     """The group checks both kube-proxy URLs on every command (click runs the callbacks on
     defaults too)."""
-    mods = _modules_without_site(
+    mods = _modules_after(
         "import click, io, contextlib; from agent.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['audit', '--help'], standalone_mode=False)\n"
