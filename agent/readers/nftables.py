@@ -51,21 +51,15 @@ def _chain_counts(nft: NfTables) -> dict[tuple[str, str], int]:
     this reader's time. The kernel puts NFTA_CHAIN_TABLE first (nf_tables_fill_chain_info);
     a message where it is not is decoded in full."""
     raw = Counter(
-        (p[0], bytes(p[4 : 4 + h[0]]))
+        (p[0], bytes(p[8 : 4 + h[0]]))
         if (h := NLA_HEADER.unpack_from(p, 4))[1] & NLA_KIND == CHAIN_TABLE
-        else (p[0], _table_attr(p))
+        else (p[0], bytes(attrs(p, 4).get(CHAIN_TABLE) or b""))
         for p in nft.dump(GETCHAIN)
     )
     out: Counter[tuple[str, str]] = Counter()
-    for (family, attr_bytes), n in raw.items():
-        out[(FAMILIES.get(family, str(family)), nul_text(memoryview(attr_bytes)[4:]))] += n
+    for (family, table), n in raw.items():
+        out[(_family_name(family), nul_text(memoryview(table)))] += n
     return out
-
-
-def _table_attr(payload: memoryview) -> bytes:
-    """NFTA_CHAIN_TABLE with its attribute header, wherever it is in the message."""
-    value = attrs(payload, 4).get(CHAIN_TABLE)
-    return b"\0\0\0\0" + (b"" if value is None else bytes(value))
 
 
 def _set_header(payload: memoryview) -> tuple[memoryview | None, memoryview | None, int]:
@@ -92,7 +86,12 @@ def _set_header(payload: memoryview) -> tuple[memoryview | None, memoryview | No
 
 
 def _family(payload: memoryview) -> str:
-    return FAMILIES.get(payload[0], str(payload[0]))
+    """The family of an nfgenmsg-headed answer."""
+    return _family_name(payload[0])
+
+
+def _family_name(number: int) -> str:
+    return FAMILIES.get(number, str(number))
 
 
 def _read(detail: bool) -> tuple[NftTable, ...]:
