@@ -85,6 +85,18 @@ def _f(x: float | None, d: int = 2) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
 
+UNCACHED_ROOT = "9p, uncached (every open and stat a round trip to the host)"
+
+
+def _roots(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Which root the programs were read from, per size when merged runs differ: it moves
+    the ratios of Python (hundreds of files per start) to the C tools (a few)."""
+    per = {r["n"]: r.get("vm_root", meta.get("vm_root", UNCACHED_ROOT)) for r in rows}
+    if len(set(per.values())) <= 1:
+        return next(iter(per.values()), UNCACHED_ROOT) + "."
+    return "; ".join(f"{n:,}: {root}" for n, root in per.items()) + "."
+
+
 def markdown(doc: dict[str, Any]) -> str:
     m, rs = doc["meta"], doc["results"]
     out = [
@@ -95,7 +107,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Guest kernel: {m['kernel']} under QEMU TCG ({m['cpus']} vCPU, no KVM); Python "
         f"{m['python']}; {m['nft']}; {m['iptables']}; {m['ipvsadm']}  ",
         f"Host: {m.get('host', '?')}. Median of {m['repeat']} runs per cell. Absolute times "
-        "are TCG times (10-35x a real node): compare ratios within this run only.",
+        "are TCG times (10-35x a real node): compare ratios within this run only.  ",
+        f"Guest root filesystem: {_roots(m, rs)}",
         "",
         "## Times (seconds, median) and peak RSS (MB)",
         "",
@@ -327,6 +340,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 "calibrate_host_s": d["meta"].get("calibrate_host_s"),
                 "calibrate_vm_s": d["meta"].get("calibrate_vm_s"),
                 "commit": d["meta"].get("commit"),
+                "vm_root": d["meta"].get("vm_root", UNCACHED_ROOT),
                 **r,
             }
             for d in docs
