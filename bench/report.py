@@ -88,10 +88,19 @@ def _f(x: float | None, d: int = 2) -> str:
 UNCACHED_ROOT = "9p, uncached (every open and stat a round trip to the host)"
 
 
+def by_root(meta: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by the root filesystem their run read the programs from (a merged row
+    carries its own; runs before the page-cached root have none: uncached)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r.get("vm_root", meta.get("vm_root", UNCACHED_ROOT)), []).append(r)
+    return groups
+
+
 def _roots(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """Which root the programs were read from, per size when merged runs differ: it moves
     the ratios of Python (hundreds of files per start) to the C tools (a few)."""
-    per = {r["n"]: r.get("vm_root", meta.get("vm_root", UNCACHED_ROOT)) for r in rows}
+    per = dict(sorted((r["n"], root) for root, grs in by_root(meta, rows).items() for r in grs))
     if len(set(per.values())) <= 1:
         return next(iter(per.values()), UNCACHED_ROOT) + "."
     return "; ".join(f"{n:,}: {root}" for n, root in per.items()) + "."
@@ -159,9 +168,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 if least > limit:
                     met = f"**no**: impossible, SPEC §5's procedure floor is {least:.2f}x"
             out.append(f"| {label} | {v:.2f}{unit} | ≤ {limit:g}{unit} | {met} |")
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rs:
-        groups.setdefault(r.get("vm_root", m.get("vm_root", UNCACHED_ROOT)), []).append(r)
+    groups = by_root(m, rs)
     for root, grs in groups.items():
         # Only within one root: the uncached one charges small sizes' Python starts more, so
         # an exponent across the two would measure the bench's filesystem, not the agent.
@@ -364,7 +371,14 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
         and not k.startswith("calibrate_")
         and isinstance(v, int | float)
     }
-    return {"meta": meta, "results": results, "growth": {k: growth(results, k) for k in keys}}
+    # Per root, as in the markdown: an exponent from a page-cached row to an uncached one
+    # would measure the bench's filesystem.
+    per_root = {
+        root: {k: growth(grs, k) for k in keys}
+        for root, grs in by_root(meta, results).items()
+        if len(grs) >= 2
+    }
+    return {"meta": meta, "results": results, "growth": per_root}
 
 
 if __name__ == "__main__":
