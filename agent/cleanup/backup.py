@@ -1,6 +1,7 @@
 """The backup bundle written before the first change, in formats operators know (SPEC §5).
 
-One folder per run:
+One folder per run, written whole or not at all (agent.cleanup.bundle):
+  manifest.json                  format, node, agent version, each file's SHA-256
   plan.json                      the plan, with evidence and what was kept
   ipvsadm.rules                  `ipvsadm -S -n` lines of the removed virtual servers
   ipset.save                     `ipset save` lines of the destroyed sets
@@ -15,19 +16,18 @@ One folder per run:
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from agent import __version__
-from agent.cleanup import ipset_save, ipvsadm_save
+from agent.cleanup import bundle, ipset_save, ipvsadm_save
 from agent.readers import ipvs, tools
 from agent.snapshot import IpvsDest, IpvsService
-from agent.views.plan import Plan, TableChange
+from agent.views.plan import Plan, Step, TableChange
 
 SAVE_TOOL = {
     ("legacy", "ipv4"): "iptables-legacy",
@@ -109,11 +109,38 @@ def ipset_rules(names: list[str], timeout: float = tools.DEFAULT_TIMEOUT) -> str
     return filter_ipset_save(tools.run(["ipset", "save"], timeout=timeout), names)
 
 
+def _removes(s: Step) -> dict[str, Any]:
+    """What a step removes, in the words restore checks each bundle file against."""
+    if s.service is not None:
+        option, where = ipvsadm_key(s.service)
+        return {"ipvs_service": f"{option} {where}"}
+    if s.table is not None:
+        t = s.table
+        return {
+            "chains": list(t.chains),
+            "jumps": [[r.chain, r.text] for r in t.delete_rules],
+        }
+    if s.ipset is not None:
+        return {"ipset": s.ipset.name}
+    if s.link is not None:
+        return {"link": s.link.name}
+    if s.sysctl is not None:
+        name, before, after = s.sysctl
+        return {"sysctl": name, "from": before, "to": after}
+    return {}
+
+
 def plan_document(plan: Plan) -> dict[str, Any]:
     return {
         "agent_version": __version__,
         "steps": [
-            {"phase": s.phase, "action": s.action, "target": s.target, "evidence": list(s.evidence)}
+            {
+                "phase": s.phase,
+                "action": s.action,
+                "target": s.target,
+                "evidence": list(s.evidence),
+                "removes": _removes(s),
+            }
             for s in plan.steps
         ],
         "kept": [{"kind": k.kind, "name": k.name, "reason": k.reason} for k in plan.kept],
@@ -135,18 +162,27 @@ def plan_json(plan: Plan) -> str:
 
 
 def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT) -> Path:
-    """Write the bundle; raises OSError or tools.ToolError, before anything has changed."""
-    folder = base / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
-    folder.mkdir(parents=True, exist_ok=False, mode=0o700)
-    (folder / "plan.json").write_text(plan_json(plan))
+    """Write the bundle whole (agent.cleanup.bundle: a partial folder renamed into place with its
+    manifest); raises OSError or tools.ToolError, before anything has changed, and then leaves
+    no folder behind."""
+    plan_text = plan_json(plan)
+    with bundle.writing(base, hashlib.sha256(plan_text.encode()).hexdigest()) as out:
+        out.write("plan.json", plan_text)
+        for name, text in _files(plan, timeout):
+            out.write(name, text)
+    if out.folder is None:  # writing() sets it whenever it returns normally
+        raise OSError("the bundle was not completed")
+    return out.folder
 
+
+def _files(plan: Plan, timeout: float) -> Iterator[tuple[str, str]]:
     services = [s.service for s in plan.steps if s.service is not None]
     if services:
-        (folder / "ipvsadm.rules").write_text(ipvsadm_rules(services, timeout))
+        yield "ipvsadm.rules", ipvsadm_rules(services, timeout)
 
     sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
     if sets:
-        (folder / "ipset.save").write_text(ipset_rules(sets, timeout))
+        yield "ipset.save", ipset_rules(sets, timeout)
 
     by_file: dict[tuple[str, str], list[TableChange]] = defaultdict(list)
     for s in plan.steps:
@@ -154,10 +190,8 @@ def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT)
             by_file[(s.table.backend, s.table.family)].append(s.table)
     for (backend, family), changes in by_file.items():
         stem = f"iptables-{backend}-{family}"
-        (folder / f"{stem}.save").write_text(
-            tools.run([f"{SAVE_TOOL[(backend, family)]}-save"], timeout=timeout)
-        )
-        (folder / f"{stem}.restore").write_text(iptables_restore_text(changes))
+        yield f"{stem}.save", tools.run([f"{SAVE_TOOL[(backend, family)]}-save"], timeout=timeout)
+        yield f"{stem}.restore", iptables_restore_text(changes)
 
     links = [s.link for s in plan.steps if s.link is not None]
     if links:
@@ -169,9 +203,8 @@ def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT)
             "up": link.up,
             "addresses": list(link.addresses),
         }
-        (folder / "kube-ipvs0.json").write_text(json.dumps(doc, indent=2) + "\n")
+        yield "kube-ipvs0.json", json.dumps(doc, indent=2) + "\n"
 
     sysctls = {s.sysctl[0]: s.sysctl[1] for s in plan.steps if s.sysctl is not None}
     if sysctls:
-        (folder / "sysctls.json").write_text(json.dumps(sysctls, indent=2) + "\n")
-    return folder
+        yield "sysctls.json", json.dumps(sysctls, indent=2) + "\n"

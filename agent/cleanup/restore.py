@@ -1,55 +1,179 @@
-"""`restore BUNDLE`: replays a backup bundle, in the reverse of the cleanup order."""
+"""`restore BUNDLE`: puts back what one cleanup removed, all of it or nothing.
+
+Order: verify the bundle (agent.cleanup.bundle) -> check every line (agent.cleanup.restore_check)
+-> take the cleanup lock -> read what is already on the node -> re-create only what is missing,
+in the reverse of the cleanup order (sets, kube-ipvs0, iptables, IPVS, sysctls). Every change is
+recorded with its inverse; if a step fails, the recorded changes are undone in reverse, so the
+node ends as it was before restore started. What is already there is left alone, so a second
+restore changes nothing.
+"""
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import socket
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.cleanup import ipvsadm_rules
-from agent.readers import tools
+from agent import exitcodes
+from agent.cleanup import bundle, ipvsadm_rules, lock, restore_check
+from agent.cleanup.bundle import BundleError
+from agent.cleanup.restore_check import (
+    IpvsRestore,
+    LinkRestore,
+    RestorePlan,
+    SetRestore,
+    TableRestore,
+)
+from agent.readers import iptables_save, tools
+from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION
 from agent.readers.netlink import (
     NLA_F_NESTED,
     NLM_F_EXCL,
+    GenericNetlink,
+    IpsetNetlink,
     NetlinkError,
     RtNetlink,
     attr,
     attrs,
     consistent,
+    nul_text,
 )
 
+__all__ = ["BundleError", "Busy", "RestoreFailed", "restore"]
 
-class BundleError(ValueError):
-    """The folder is not a bundle written by `cleanup --apply`."""
-
-
-RTM_NEWLINK, RTM_NEWADDR = 16, 20
+XTABLES_WAIT = "30"
+RTM_NEWLINK, RTM_NEWADDR, RTM_DELADDR = 16, 20, 21
 NLM_F_CREATE = 0x400
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 IFF_UP = 0x1
+SETNAME = 2
+
+Say = Callable[[str], None]
+
+
+class Busy(Exception):
+    """Another cleanup or restore holds the lock; nothing was changed (exit 3)."""
+
+    code = exitcodes.REFUSED
+
+
+class RestoreFailed(Exception):
+    """A step failed; the message says whether what was applied could be undone (exit 4)."""
+
+    code = exitcodes.ERROR
+
+
+class _Undo:
+    """The inverse of each change made so far, run newest first."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Callable[[], None]]] = []
+
+    def add(self, what: str, inverse: Callable[[], None]) -> None:
+        self.steps.append((what, inverse))
+
+    def run(self) -> list[str]:
+        """Undo everything; the changes that could not be undone, with why."""
+        left = []
+        for what, inverse in reversed(self.steps):
+            try:
+                inverse()
+            except Exception as exc:  # noqa: BLE001 - undo the rest all the same
+                left.append(f"{what} ({exc})")
+        return left
+
+
+# --- what is already on the node ---------------------------------------------------------------
+
+
+def _existing_sets() -> set[str]:
+    with IpsetNetlink() as nl:
+        return {nul_text(attrs(p, 4).get(SETNAME)) for p in nl.list(header_only=True)}
+
+
+def _iptables_tool(backend: str, family: str) -> str:
+    return f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{backend}"
+
+
+def _existing_tables(
+    wanted: tuple[TableRestore, ...], timeout: float
+) -> dict[tuple[str, str, str], dict[str, list[str]]]:
+    """Each wanted table's chains and their rules as the node has them now."""
+    out: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    for backend, family in sorted({(t.backend, t.family) for t in wanted}):
+        text = tools.run([f"{_iptables_tool(backend, family)}-save"], timeout=timeout)
+        for t in iptables_save.parse(text, backend, family):
+            out[(backend, family, t.name)] = {c.name: [r.text for r in c.rules] for c in t.chains}
+    return out
+
+
+def _existing_services() -> set[str]:
+    from agent.cleanup.backup import ipvsadm_key
+    from agent.readers import ipvs
+
+    reading = ipvs.read(detail=False)
+    if reading.status != "ok" or reading.data is None:
+        raise RestoreFailed(
+            f"cannot read the IPVS virtual servers ({reading.error or reading.status}); "
+            "nothing was changed"
+        )
+    return {" ".join(ipvsadm_key(s)) for s in reading.data}
+
+
+# --- sets ----------------------------------------------------------------------------------------
+
+
+def _sets(todo: tuple[SetRestore, ...], undo: _Undo, timeout: float, say: Say) -> None:
+    text = "".join(line + "\n" for s in todo for line in s.lines)
+    names = [s.name for s in todo]
+
+    def destroy() -> None:
+        with IpsetNetlink() as nl:
+            failed = [
+                (n, c)
+                for n, c in zip(names, nl.destroy_many(names), strict=True)
+                if c not in (0, errno.ENOENT)
+            ]
+        if failed:
+            raise NetlinkError(
+                failed[0][1], f"ipset destroy {failed[0][0]}: {os.strerror(failed[0][1])}"
+            )
+
+    # Registered first: a killed or failed `ipset restore` may have made some of them.
+    undo.add(f"{len(names)} ipsets", destroy)
+    tools.run(
+        ["ipset", "restore"],
+        stdin=text,
+        timeout=tools.deadline_for(text, timeout),
+        progress=lambda s: say(f"  ipset restore: {text.count(chr(10))} lines, {s:.0f}s"),
+    )
+
+
+# --- kube-ipvs0 ----------------------------------------------------------------------------------
 
 
 def _ifinfo(index: int, flags: int = 0, change: int = 0) -> bytes:
     return struct.pack("=BxHiII", 0, 0, index, flags, change)
 
 
-def _new_dummy(rt: RtNetlink, name: str, kind: str, index: int) -> None:
+def _new_dummy(rt: RtNetlink, name: str, index: int) -> None:
     body = _ifinfo(index) + attr(IFLA_IFNAME, name.encode() + b"\0")
-    body += attr(IFLA_LINKINFO | NLA_F_NESTED, attr(IFLA_INFO_KIND, kind.encode()))
+    body += attr(IFLA_LINKINFO | NLA_F_NESTED, attr(IFLA_INFO_KIND, b"dummy"))
     rt.command(RTM_NEWLINK, body, NLM_F_CREATE | NLM_F_EXCL)
 
 
-def _addr_request(index: int, cidr: str) -> tuple[int, bytes, int]:
+def _addr_request(cmd: int, index: int, cidr: str) -> tuple[int, bytes, int]:
     address, prefix = cidr.split("/")
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     raw = socket.inet_pton(family, address)
     body = struct.pack("=BBBBI", family, int(prefix), 0, 0, index)
     body += attr(IFA_LOCAL, raw) + attr(IFA_ADDRESS, raw)
-    return (RTM_NEWADDR, body, NLM_F_CREATE | NLM_F_EXCL)
+    return (cmd, body, NLM_F_CREATE | NLM_F_EXCL if cmd == RTM_NEWADDR else 0)
 
 
 def _present(rt: RtNetlink, index: int) -> set[str]:
@@ -67,75 +191,230 @@ def _present(rt: RtNetlink, index: int) -> set[str]:
     return found
 
 
-def _link(doc: dict[str, object], say: Callable[[str], None]) -> None:
-    """kube-ipvs0 back with its old index and its addresses in their old order, over rtnetlink:
-    the addresses many to a send (pyroute2 took ~1 ms of Python each, and its import seconds
-    under the benchmark's VM: most of a restore at 1,000 Services)."""
-    name = str(doc["name"])
-    kind = str(doc.get("kind") or "dummy")
+def _link(link: LinkRestore, undo: _Undo, say: Say) -> int:
+    """kube-ipvs0 back with its old index, its missing addresses in their old order, and up if
+    it was; the addresses many to a send. Returns how many addresses were added."""
     with RtNetlink() as rt:
-        # whole dumps, read again if a concurrent change interrupted one (agent.readers.netlink)
-        if not consistent(lambda: any(r.name == name for r in rt.link_rows())):
+        row = consistent(lambda: next((r for r in rt.link_rows() if r.name == link.name), None))
+        if row is not None and row.kind != "dummy":
+            raise RestoreFailed(f"{link.name} exists and is of kind {row.kind}, not dummy")
+        if row is None:
             try:  # the old interface index, so that the node is as it was
-                _new_dummy(rt, name, kind, int(doc["index"]))  # type: ignore[call-overload]
-            except (KeyError, NetlinkError) as exc:
-                say(f"kube-ipvs0 gets a new interface index ({exc})")
-                _new_dummy(rt, name, kind, 0)
-        index = consistent(lambda: next(r.index for r in rt.link_rows() if r.name == name))
+                _new_dummy(rt, link.name, link.index)
+            except NetlinkError as exc:
+                say(f"  kube-ipvs0 gets a new interface index ({exc})")
+                _new_dummy(rt, link.name, 0)
+            row = consistent(lambda: next(r for r in rt.link_rows() if r.name == link.name))
+            created = row.index
+
+            def delete() -> None:
+                with RtNetlink() as rt2:
+                    rt2.delete_link(created)
+
+            undo.add("kube-ipvs0", delete)
+        index = row.index
         present = consistent(lambda: _present(rt, index))
-        listed = [str(c) for c in doc.get("addresses", [])]  # type: ignore[attr-defined]
         # The kernel lists IPv6 addresses newest first and IPv4 oldest first: adding them in
         # that order gives the same listing back.
+        listed = link.addresses
         ordered = [c for c in listed if ":" not in c] + [c for c in reversed(listed) if ":" in c]
         wanted = [c for c in ordered if c not in present]
-        codes = rt.commands([_addr_request(index, c) for c in wanted])
-        failed = [(c, code) for c, code in zip(wanted, codes, strict=True) if code]
-        if failed:
-            cidr, code = failed[0]
-            raise NetlinkError(code, f"adding {cidr} to {name}: {os.strerror(code)}")
-        if doc.get("up"):
+        if wanted:
+
+            def remove() -> None:
+                with RtNetlink() as rt2:
+                    rt2.commands([_addr_request(RTM_DELADDR, index, c) for c in wanted])
+
+            undo.add(f"{len(wanted)} kube-ipvs0 addresses", remove)
+            codes = rt.commands([_addr_request(RTM_NEWADDR, index, c) for c in wanted])
+            failed = [(c, code) for c, code in zip(wanted, codes, strict=True) if code]
+            if failed:
+                cidr, code = failed[0]
+                raise NetlinkError(code, f"adding {cidr} to {link.name}: {os.strerror(code)}")
+        if link.up and not row.up:
             rt.command(RTM_NEWLINK, _ifinfo(index, IFF_UP, IFF_UP))
 
+            def down() -> None:
+                with RtNetlink() as rt2:
+                    rt2.command(RTM_NEWLINK, _ifinfo(index, 0, IFF_UP))
 
-def _ipvs(text: str, timeout: float) -> None:
-    """Over netlink, batched (agent.cleanup.ipvsadm_rules); `ipvsadm -R` for a text with words that
-    module does not know."""
+            undo.add("kube-ipvs0 up", down)
+        return len(wanted)
+
+
+# --- iptables ------------------------------------------------------------------------------------
+
+
+def _table_texts(t: TableRestore, current: dict[str, list[str]]) -> tuple[str, str, int] | None:
+    """(restore text, its inverse, changes) for what of `t` is missing; None when nothing is."""
+    chains = [(c, rules) for c, rules in t.chains if c not in current]
+    jumps: list[tuple[str, int, str]] = []
+    added: dict[str, int] = {}
+    for chain, pos, text in sorted(t.jumps):
+        held = current.get(chain, [])
+        if text in held:
+            continue
+        # past the chain's end, the jump goes last (iptables refuses a position beyond it)
+        jumps.append((chain, min(pos, len(held) + added.get(chain, 0) + 1), text))
+        added[chain] = added.get(chain, 0) + 1
+    if not chains and not jumps:
+        return None
+    forward = [f"*{t.table}", *(f":{c} - [0:0]" for c, _ in chains)]
+    forward += [f"-A {c} {r}" for c, rules in chains for r in rules]
+    forward += [f"-I {c} {pos} {text}" for c, pos, text in jumps]
+    inverse = [f"*{t.table}", *(f"-D {c} {text}" for c, _, text in jumps)]
+    inverse += [f"-F {c}" for c, _ in chains] + [f"-X {c}" for c, _ in chains]
+    return (
+        "\n".join([*forward, "COMMIT"]) + "\n",
+        "\n".join([*inverse, "COMMIT"]) + "\n",
+        len(chains) + len(jumps),
+    )
+
+
+def _iptables(
+    t: TableRestore, current: dict[str, list[str]], undo: _Undo, timeout: float, say: Say
+) -> int:
+    texts = _table_texts(t, current)
+    if texts is None:
+        return 0
+    forward, inverse, changes = texts
+    tool = f"{_iptables_tool(t.backend, t.family)}-restore"
+
+    def revert() -> None:
+        tools.run([tool, "-w", XTABLES_WAIT, "--noflush"], stdin=inverse, timeout=timeout)
+
+    # One transaction per table: all or nothing, so the inverse is registered once it is in.
+    tools.run(
+        [tool, "-w", XTABLES_WAIT, "--noflush"],
+        stdin=forward,
+        timeout=tools.deadline_for(forward, timeout),
+        progress=lambda s: say(f"  {tool}: {s:.0f}s"),
+    )
+    undo.add(f"iptables {t.backend} {t.family} {t.table}", revert)
+    return changes
+
+
+# --- IPVS ----------------------------------------------------------------------------------------
+
+
+def _ipvs(todo: tuple[IpvsRestore, ...], undo: _Undo) -> None:
+    text = "".join(line + "\n" for s in todo for line in s.lines)
     requests = ipvsadm_rules.parse(text)
-    if requests is None:
-        tools.run(["ipvsadm", "-R"], stdin=text, timeout=timeout)
-    else:
-        ipvsadm_rules.load(requests)
+    if requests is None:  # restore_check parsed the same lines already
+        raise RestoreFailed("ipvsadm.rules could not be parsed")
+
+    def delete() -> None:
+        with GenericNetlink("IPVS") as genl:
+            codes = genl.family_commands(CMD_DEL_SERVICE, GENL_VERSION, list(requests.services))
+        bad = [c for c in codes if c not in (0, errno.ESRCH)]
+        if bad:
+            raise NetlinkError(bad[0], f"deleting a restored virtual server: {os.strerror(bad[0])}")
+
+    # Registered first: a refusal part-way leaves the services before it in place.
+    undo.add(f"{len(todo)} IPVS virtual servers", delete)
+    ipvsadm_rules.load(requests)
+
+
+# --- sysctls -------------------------------------------------------------------------------------
+
+
+def _sysctl_path(name: str) -> str:
+    return "/proc/sys/" + name.replace(".", "/")  # restore_check allowed only plain names
+
+
+def _sysctls(todo: tuple[tuple[str, str], ...], undo: _Undo) -> int:
+    changed = 0
+    for name, value in todo:
+        path = _sysctl_path(name)
+        with open(path) as f:
+            before = f.read().strip()
+        if before == value:
+            continue
+        with open(path, "w") as f:
+            f.write(value + "\n")
+
+        def back(path: str = path, before: str = before) -> None:
+            with open(path, "w") as f:
+                f.write(before + "\n")
+
+        undo.add(name, back)
+        changed += 1
+    return changed
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def _apply(plan: RestorePlan, undo: _Undo, timeout: float, say: Say) -> int:
+    """Everything missing, in order; returns the number of objects re-created."""
+    done = 0
+    if plan.sets:
+        existing = _existing_sets()
+        todo = tuple(s for s in plan.sets if s.name not in existing)
+        if todo:
+            started = time.monotonic()
+            _sets(todo, undo, timeout, say)
+            say(f"restored {len(todo)} ipsets in {time.monotonic() - started:.1f}s")
+            done += len(todo)
+        if len(todo) < len(plan.sets):
+            say(f"  {len(plan.sets) - len(todo)} ipsets already present, left alone")
+    if plan.link is not None:
+        added = _link(plan.link, undo, say)
+        say(f"restored kube-ipvs0 ({added} addresses added)")
+        done += added
+    if plan.tables:
+        current = _existing_tables(plan.tables, timeout)
+        for t in plan.tables:
+            n = _iptables(t, current.get((t.backend, t.family, t.table), {}), undo, timeout, say)
+            say(f"restored iptables {t.backend} {t.family} {t.table}: {n} chains and jumps")
+            done += n
+    if plan.services:
+        existing = _existing_services()
+        todo_svcs = tuple(s for s in plan.services if s.key not in existing)
+        if todo_svcs:
+            started = time.monotonic()
+            _ipvs(todo_svcs, undo)
+            elapsed = time.monotonic() - started
+            say(f"restored {len(todo_svcs)} IPVS virtual servers in {elapsed:.1f}s")
+            done += len(todo_svcs)
+        if len(todo_svcs) < len(plan.services):
+            say(f"  {len(plan.services) - len(todo_svcs)} virtual servers already present")
+    if plan.sysctls:
+        n = _sysctls(plan.sysctls, undo)
+        say(f"restored {n} sysctls")
+        done += n
+    return done
 
 
 def restore(
-    folder: Path, say: Callable[[str], None], timeout: float = tools.DEFAULT_TIMEOUT
-) -> None:
-    """Raises BundleError, tools.ToolError or OSError on the first step that fails."""
-    if not (folder / "plan.json").is_file():
-        raise BundleError(f"{folder} has no plan.json: not a bundle written by cleanup --apply")
-    if (folder / "ipset.save").exists():
-        tools.run(
-            ["ipset", "restore", "-exist"],
-            stdin=(folder / "ipset.save").read_text(),
-            timeout=timeout,
-        )
-        say("restored ipsets")
-    if (folder / "kube-ipvs0.json").exists():
-        _link(json.loads((folder / "kube-ipvs0.json").read_text()), say)
-        say("restored kube-ipvs0")
-    for path in sorted(folder.glob("iptables-*-*.restore")):
-        _, backend, family = path.stem.split("-")
-        prefix = "ip6tables" if family == "ipv6" else "iptables"
-        tools.run(
-            [f"{prefix}-{backend}-restore", "-w", "30", "--noflush"],
-            stdin=path.read_text(),
-            timeout=timeout,
-        )
-        say(f"restored iptables {backend} {family}")
-    if (folder / "ipvsadm.rules").exists():
-        _ipvs((folder / "ipvsadm.rules").read_text(), timeout)
-        say("restored IPVS virtual servers")
-    if (folder / "sysctls.json").exists():
-        for name, value in json.loads((folder / "sysctls.json").read_text()).items():
-            Path("/proc/sys", *name.split(".")).write_text(f"{value}\n")
-        say("restored sysctls")
+    folder: Path,
+    say: Say,
+    lock_file: Path,
+    from_other_node: bool = False,
+    timeout: float = tools.DEFAULT_TIMEOUT,
+) -> int:
+    """Restore the bundle; the number of objects re-created. Raises BundleError (nothing
+    changed), Busy (nothing changed) or RestoreFailed (what was applied has been undone, or the
+    message says what could not be)."""
+    plan = restore_check.check(bundle.open_verified(folder, from_other_node))
+    try:
+        with lock.exclusive(lock_file) as held:
+            if not held:
+                raise Busy(f"another cleanup or restore holds {lock_file}; nothing was changed")
+            undo = _Undo()
+            try:
+                return _apply(plan, undo, timeout, say)
+            except Exception as exc:
+                if not undo.steps:
+                    raise RestoreFailed(f"{exc}; nothing was changed") from exc
+                say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")
+                left = undo.run()
+                if left:
+                    raise RestoreFailed(
+                        f"{exc}; could not undo: {'; '.join(left)}; the node is part-restored"
+                    ) from exc
+                raise RestoreFailed(
+                    f"{exc}; every change was undone: the node is as it was before restore"
+                ) from exc
+    except lock.LockError as exc:
+        raise RestoreFailed(f"{exc}; nothing was changed") from exc

@@ -119,18 +119,31 @@ def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
 
 @click.command()
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@LOCK_FILE
+@click.option(
+    "--from-other-node",
+    is_flag=True,
+    help="Restore a bundle whose manifest names another node (it was copied here).",
+)
 @TOOL_TIMEOUT
-def restore(bundle: str, tool_timeout: float) -> None:
-    """Replay a backup bundle written by cleanup --apply. Exit 0 restored, 4 error."""
+def restore(bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float) -> None:
+    """Put back what one cleanup --apply removed, all of it or nothing (docs/bundle.md).
+
+    Exit 0 restored (or nothing was missing), 3 another cleanup holds the lock, 4 refused or
+    failed: the bundle is incomplete, altered, unsafe or from another node, or a step failed
+    and what was applied has been undone.
+    """
     from pathlib import Path
 
-    from agent.cleanup.restore import BundleError
-    from agent.cleanup.restore import restore as replay
-    from agent.readers.tools import ToolError
+    from agent.cleanup import restore as replay
 
     common.require_permission()
     try:
-        replay(Path(bundle), click.echo, tool_timeout)
-    except (BundleError, ToolError, OSError) as exc:
-        common.fail(f"restore of {bundle} failed: {exc}", exitcodes.ERROR)
-    click.echo(f"restored {bundle}")
+        n = replay.restore(Path(bundle), click.echo, Path(lock_file), from_other_node, tool_timeout)
+    except replay.BundleError as exc:
+        common.fail(f"restore of {bundle} refused: {exc}; nothing was changed", exitcodes.ERROR)
+    except (replay.Busy, replay.RestoreFailed) as exc:
+        common.fail(f"restore of {bundle}: {exc}", exc.code)
+    click.echo(
+        f"restored {bundle}: {n} objects re-created" if n else f"{bundle}: nothing was missing"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -128,13 +129,23 @@ def test_audit_imports_neither_the_checks_nor_the_plan_nor_yaml() -> None:
     assert not mods & {"agent.cli.serve", "agent.cli.cleanup", "prometheus_client"}
 
 
-def test_restore_imports_no_reader_classifier_or_dataclasses(tmp_path: Path) -> None:
-    (tmp_path / "plan.json").write_text("{}")
+def test_restore_checks_with_the_classifier_but_reads_no_whole_node(tmp_path: Path) -> None:
+    """restore checks every bundle line against the classifier's ownership rules (one owner
+    per rule, a cost of the cold start accepted for safety) but reads only what it restores:
+    never the whole node (agent.collect) nor kube-proxy."""
+    from agent.cleanup import bundle
+
+    with bundle.writing(tmp_path, hashlib.sha256(b"{}").hexdigest()) as out:
+        out.write("plan.json", "{}")
     mods = _modules_after(
-        f"from agent.cli import main; main(['restore', {str(tmp_path)!r}], standalone_mode=False)"
+        "from agent.cli import main\n"
+        "try:\n"
+        f"    main(['restore', {str(out.folder)!r}], standalone_mode=False)\n"
+        "except SystemExit:\n"
+        "    pass"
     )
-    assert "agent.cleanup.restore" in mods and "agent.cleanup.ipvsadm_rules" in mods
-    assert not mods & {"dataclasses", "agent.snapshot", "agent.classify", "agent.collect"}
+    assert {"agent.cleanup.restore", "agent.cleanup.restore_check", "agent.classify"} <= mods
+    assert not mods & {"agent.collect", "agent.readers.kube_proxy", "agent.views.report"}
 
 
 def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
