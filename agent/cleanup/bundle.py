@@ -11,6 +11,7 @@ lists, a file whose digest differs, or one written on another node.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -122,7 +123,7 @@ def _read_file(dir_fd: int, folder: Path, name: str) -> bytes:
     try:
         fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the name is a symlink
+        if exc.errno == errno.ELOOP:  # the name is a symlink
             raise BundleError(f"{where} is a symlink") from exc
         raise BundleError(f"cannot open {where}: {exc.strerror}") from exc
     try:
@@ -172,7 +173,7 @@ def open_verified(folder: Path, from_other_node: bool = False) -> dict[str, byte
     try:
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
     except OSError as exc:
-        if exc.errno == 40:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(folder):
             raise BundleError(f"{folder} is a symlink; give the bundle's real path") from exc
         raise BundleError(f"cannot open {folder}: {exc.strerror}") from exc
     try:

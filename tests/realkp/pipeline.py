@@ -166,7 +166,7 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     bundles = sorted(p for p in backups.glob("*") if p.is_dir()) if backups.exists() else []
     if bundles:
         # the first run's bundle holds what the cleanup removed
-        sc.restore = agent(ns, "restore", str(bundles[0]))
+        sc.restore = agent(ns, "restore", "--lock-file", str(work / f"{ns}.lock"), str(bundles[0]))
     sc.restored = st.read(net)
     sc.kube_proxy_alive = kp.alive()
 
