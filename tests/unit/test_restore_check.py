@@ -182,7 +182,7 @@ def test_a_whole_bundle_is_accepted_as_written() -> None:
         (
             "iptables-nft-ipv4.restore",
             RESTORE.replace("*filter", "*nat"),
-            "not a table plan.json changed",
+            "line 2",
         ),
         ("iptables-nft-ipv4.restore", RESTORE.replace("*filter", "*bogus"), "expected a table"),
         ("iptables-nft-ipv4.restore", RESTORE + "# comment\n", "expected a table"),
