@@ -130,8 +130,9 @@ def load(render_dir: Path | None, n: int) -> dict[str, str]:
     return texts(bench_node(n))
 
 
-def apply(netns: str, node: Node, t: dict[str, str]) -> dict[str, float]:
-    """lab.build.build's sequence with pre-rendered texts; seconds per step."""
+def apply(netns: str, node: Node, t: dict[str, str], backend: str = "nft") -> dict[str, float]:
+    """lab.build.build's sequence with pre-rendered texts; seconds per step. The iptables text
+    goes to `backend`'s iptables-restore (the texts do not depend on it)."""
     run, in_ns = lab_build.run, lab_build.in_ns
     took: dict[str, float] = {}
 
@@ -146,7 +147,9 @@ def apply(netns: str, node: Node, t: dict[str, str]) -> dict[str, float]:
     step("ipset", lambda: run(in_ns(netns, "ipset", "restore", "-exist"), t["ipset"]))
     step(
         "iptables",
-        lambda: run(in_ns(netns, "iptables-nft-restore", "-w", "10", "--noflush"), t["iptables"]),
+        lambda: run(
+            in_ns(netns, f"iptables-{backend}-restore", "-w", "10", "--noflush"), t["iptables"]
+        ),
     )
     step("ip-batch", lambda: run(["ip", "-n", netns, "-batch", "-"], t["ipbatch"]))
     if node.with_ipvs:

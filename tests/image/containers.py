@@ -68,6 +68,9 @@ def pod_spec(manifest: Path, host_root: Path) -> PodSpec:
     (c,) = pod["containers"]
     sc = c.get("securityContext", {})
     flags = [*LIMITS, "--user", f"{sc.get('runAsUser', 0)}:0"]
+    # A hostNetwork pod shares the node's UTS namespace too (the CRI runs it with the node's
+    # network and UTS namespaces): its hostname is the node's, which a backup bundle records.
+    flags += ["--uts", "host"]
     caps = sc.get("capabilities", {})
     flags += [f for cap in caps.get("drop", []) for f in ("--cap-drop", cap)]
     flags += [f for cap in caps.get("add", []) for f in ("--cap-add", cap)]
