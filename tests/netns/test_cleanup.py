@@ -254,36 +254,42 @@ def test_kept_mark_masq_keeps_its_masquerade_when_nftables_mode_uses_another_mar
         )
 
 
+def kill_cleanup_after(ns: str, tmp: Path, steps_done: int) -> None:
+    """`cleanup --apply` (one step at a time, 2 s apart) killed with SIGKILL once it has
+    reported `steps_done` steps done; its bundle under tmp/backups, its lock tmp/cleanup.lock."""
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        AGENT,
+        "cleanup",
+        "--apply",
+        "--backup-dir",
+        str(tmp / "backups"),
+        "--lock-file",
+        str(tmp / "cleanup.lock"),
+        "--step-delay",
+        "2",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    done = 0
+    for line in proc.stdout:
+        done += line.startswith("done ")
+        if done == steps_done:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    time.sleep(0.2)
+
+
 def test_an_interrupted_run_is_completed_by_the_next(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
     with node(netns, tmp_path) as (ns, _):
         before = dump(ns)
-        cmd = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            AGENT,
-            "cleanup",
-            "--apply",
-            "--backup-dir",
-            str(tmp_path / "b"),
-            "--lock-file",
-            str(tmp_path / "l"),
-            "--step-delay",
-            "2",
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        done = 0
-        for line in proc.stdout:
-            done += line.startswith("done ")
-            if done == 3:  # killed between steps, half-way through the tables
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait()
-        time.sleep(0.2)
+        kill_cleanup_after(ns, tmp_path, 3)  # half-way through the tables
         middle = dump(ns)
         assert middle != before and middle != minus_leftovers(before)
         r = apply(ns, tmp_path)

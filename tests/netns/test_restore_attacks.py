@@ -10,9 +10,6 @@ import fcntl
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from lab import build
-from tests.conftest import AGENT, run_agent
+from tests.conftest import run_agent
 from tests.dumps import dump, minus_leftovers
-from tests.netns.test_cleanup import apply, node
+from tests.netns.test_cleanup import apply, kill_cleanup_after, node
 
 pytestmark = pytest.mark.netns
 
@@ -308,31 +305,7 @@ def test_restore_after_a_killed_cleanup_gives_the_node_back(
 ) -> None:
     with node(netns, tmp_path) as (ns, _):
         before = dump(ns)
-        cmd = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            AGENT,
-            "cleanup",
-            "--apply",
-            "--backup-dir",
-            str(tmp_path / "backups"),
-            "--lock-file",
-            str(tmp_path / "cleanup.lock"),
-            "--step-delay",
-            "2",
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        done = 0
-        for line in proc.stdout:
-            done += line.startswith("done ")
-            if done == 3:
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait()
-        time.sleep(0.2)
+        kill_cleanup_after(ns, tmp_path, 3)
         assert dump(ns) not in (before, minus_leftovers(before))
         (bundle,) = (tmp_path / "backups").iterdir()
         r = run_agent(ns, "restore", "--lock-file", str(tmp_path / "cleanup.lock"), str(bundle))
