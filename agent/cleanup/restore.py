@@ -392,11 +392,20 @@ def restore(
     lock_file: Path,
     from_other_node: bool = False,
     timeout: float = tools.DEFAULT_TIMEOUT,
+    step_delay: float = 0.0,
 ) -> int:
     """Restore the bundle; the number of objects re-created. Raises BundleError (nothing
     changed), Busy (nothing changed) or RestoreFailed (what was applied has been undone, or the
     message says what could not be)."""
     plan = restore_check.check(bundle.open_verified(folder, from_other_node))
+    if step_delay:  # a test hook: a window after each step, to kill the process in
+        plain = say
+
+        def say(line: str) -> None:
+            plain(line)
+            if line.startswith("restored "):
+                time.sleep(step_delay)
+
     try:
         with lock.exclusive(lock_file) as held:
             if not held:

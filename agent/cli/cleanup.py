@@ -126,7 +126,10 @@ def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     help="Restore a bundle whose manifest names another node (it was copied here).",
 )
 @TOOL_TIMEOUT
-def restore(bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float) -> None:
+@click.option("--step-delay", type=float, default=0.0, hidden=True)
+def restore(
+    bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float, step_delay: float
+) -> None:
     """Put back what one cleanup --apply removed, all of it or nothing (docs/bundle.md).
 
     Exit 0 restored (or nothing was missing), 3 another cleanup holds the lock, 4 refused or
@@ -139,7 +142,9 @@ def restore(bundle: str, lock_file: str, from_other_node: bool, tool_timeout: fl
 
     common.require_permission()
     try:
-        n = replay.restore(Path(bundle), click.echo, Path(lock_file), from_other_node, tool_timeout)
+        n = replay.restore(
+            Path(bundle), click.echo, Path(lock_file), from_other_node, tool_timeout, step_delay
+        )
     except replay.BundleError as exc:
         common.fail(f"restore of {bundle} refused: {exc}; nothing was changed", exitcodes.ERROR)
     except (replay.Busy, replay.RestoreFailed) as exc:

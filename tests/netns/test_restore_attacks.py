@@ -10,6 +10,8 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lab import build
-from tests.conftest import run_agent
+from tests.conftest import AGENT, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.netns.test_cleanup import apply, kill_cleanup_after, node
 
@@ -53,10 +55,12 @@ class Cleaned:
 
 
 @contextmanager
-def cleaned(netns: Callable[[], str], tmp: Path, backend: str = "nft") -> Iterator[Cleaned]:
+def cleaned(
+    netns: Callable[[], str], tmp: Path, backend: str = "nft", n_services: int = 12
+) -> Iterator[Cleaned]:
     """A lab node cleaned with --reset-arp-sysctls, so its bundle holds every file the netns
     kernel can give (iptables both families, sets, sysctls)."""
-    with node(netns, tmp, backend=backend, strict_arp=True) as (ns, _):
+    with node(netns, tmp, backend=backend, strict_arp=True, n_services=n_services) as (ns, _):
         before = dump(ns)
         r = apply(ns, tmp, "--reset-arp-sysctls")
         assert r.rc == 0, r.stdout + r.stderr
@@ -391,3 +395,60 @@ def test_malformed_json_and_extra_files_are_one_line(
         os.unlink(c.bundle / "evil.sh")
         edit(c.bundle, "sysctls.json", lambda t: t[:-3])
         refused(c, c.restore(), "sysctls.json is not valid JSON")
+
+
+# --- kill -9 at every step boundary of restore ----------------------------------------------------
+
+
+def _kill_restore_after(c: Cleaned, steps: int) -> int:
+    """restore (2 s between steps) killed with SIGKILL after `steps` "restored" lines; how many
+    it printed in all (fewer than asked: it finished first)."""
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        c.ns,
+        AGENT,
+        "restore",
+        "--lock-file",
+        str(c.tmp / "cleanup.lock"),
+        "--step-delay",
+        "2",
+        str(c.bundle),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("restored ")
+        if seen == steps:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    return seen
+
+
+@pytest.mark.parametrize("size", [12, 40])
+def test_restore_killed_at_every_step_boundary_is_completed_by_the_next(
+    netns: Callable[[], str], tmp_path: Path, size: int
+) -> None:
+    """After a SIGKILL no undo runs: the node is part-restored, the lock is free again, and the
+    next restore of the same bundle re-creates exactly what is missing; a cleanup instead
+    converges to the cleaned node."""
+    with cleaned(netns, tmp_path, n_services=size) as c:
+        first = c.restore()
+        assert first.rc == 0, first.stderr  # type: ignore[attr-defined]
+        lines = first.stdout.splitlines()  # type: ignore[attr-defined]
+        phases = sum(ln.startswith("restored ") and "re-created" not in ln for ln in lines)
+        assert phases >= 4  # sets, both families' tables, sysctls
+        for k in range(1, phases):
+            assert apply(c.ns, c.tmp, "--reset-arp-sysctls").rc == 0
+            assert dump(c.ns) == c.after
+            c.bundle = sorted(p for p in (c.tmp / "backups").iterdir())[-1]
+            assert _kill_restore_after(c, k) == k
+            middle = (dump(c.ns), c.arp())
+            ends = ((c.before, ("1", "2")), (c.after, ("0", "0")))
+            assert middle not in ends, f"killed after step {k}: the node is not half-way"
+            r = c.restore()
+            assert r.rc == 0, (k, r.stderr)  # type: ignore[attr-defined]
+            assert dump(c.ns) == c.before and c.arp() == ("1", "2"), f"after a kill at step {k}"
