@@ -21,6 +21,7 @@ from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests.conftest import AGENT, run_agent
 from tests.dumps import dump, minus_leftovers
+from tests.recheck import changed_during_the_pause, one_more_line, refused_for
 
 pytestmark = pytest.mark.netns
 CONFIRMED = {"mode": "nftables", "families": ["IPv4", "IPv6"], "last_sync_age": 2.0}
@@ -536,50 +537,6 @@ def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
 # --- the re-check sees every change (issue 23 item 4, row 5) ----------------------------------
 
 
-def _changed_during_the_pause(
-    ns: str, tmp: Path, change: Callable[[], None]
-) -> tuple[Any, dict[str, list[str]]]:
-    """Run `cleanup --apply`, make `change` once the backup is written (the re-check's window),
-    and return the run with the node as the change left it."""
-    cmd = [
-        *build.in_ns(ns, AGENT),
-        "cleanup",
-        "--apply",
-        "--backup-dir",
-        str(tmp / "b"),
-        "--lock-file",
-        str(tmp / "l"),
-        "--pause-before-execute",
-        "5",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    assert proc.stderr.readline().strip() == "re-checking the gate"  # plan + backup done
-    change()
-    changed = dump(ns)
-    out, err = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), changed
-
-
-def _one_more_line(before: dict[str, list[str]], after: dict[str, list[str]], where: str) -> str:
-    """The single line `after` has beyond `before` (in `where` only); nothing else differs."""
-    assert {k: v for k, v in after.items() if k != where} == {
-        k: v for k, v in before.items() if k != where
-    }
-    added = [line for line in after[where] if line not in before[where]]
-    assert len(added) == 1 and len(after[where]) == len(before[where]) + 1, added
-    return added[0]
-
-
-def _refused_for(r: Any, what: str) -> None:
-    assert r.returncode == 3, r.stdout + r.stderr
-    line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("ipvs-leftovers: refused: the node changed since its backup was read (")
-    assert what in line, line
-    assert line.endswith("(nothing was changed)")
-    assert not any(o.startswith(("done ", "failed ")) for o in r.stdout.splitlines())
-
-
 OPERATOR_RULE = "-p tcp -m tcp --dport 31999 -m comment --comment operator-rule -j RETURN"
 
 
@@ -602,10 +559,10 @@ def test_a_rule_added_inside_a_leftover_chain_after_the_backup_refuses(
         def add_rule() -> None:
             build.run(build.in_ns(ns, tool, "-t", "nat", "-A", chain, *OPERATOR_RULE.split()))
 
-        r, changed = _changed_during_the_pause(ns, tmp_path, add_rule)
-        added = _one_more_line(before, changed, f"{tool}-save")
+        r, changed = changed_during_the_pause(ns, tmp_path, add_rule)
+        added = one_more_line(before, changed, f"{tool}-save")
         assert added == f"-A {chain} {OPERATOR_RULE}"
-        _refused_for(
+        refused_for(
             r,
             f"chain {backend}/ipv4/nat {chain}: {rules} rules in the backup, {rules + 1} now "
             f"(new: '{OPERATOR_RULE}')",
@@ -636,10 +593,10 @@ def test_a_member_changed_in_a_leftover_set_after_the_backup_refuses(
                 build.run(build.in_ns(ns, "ipset", "del", *members[0].split()[1:]))
             build.run(build.in_ns(ns, "ipset", "add", "KUBE-CLUSTER-IP", "10.96.99.99,tcp:8080"))
 
-        r, changed = _changed_during_the_pause(ns, tmp_path, change_member)
+        r, changed = changed_during_the_pause(ns, tmp_path, change_member)
         count = len(members)
         if how == "added":
-            added = _one_more_line(before, changed, "ipset")
+            added = one_more_line(before, changed, "ipset")
             assert added == "add KUBE-CLUSTER-IP 10.96.99.99,tcp:8080"
             what = f"set KUBE-CLUSTER-IP: was 'hash:ip,port family 4; {count} members', now "
         else:
@@ -654,7 +611,7 @@ def test_a_member_changed_in_a_leftover_set_after_the_backup_refuses(
                 f"set KUBE-CLUSTER-IP: {count} members in the backup, {count} now "
                 "(new: 'add KUBE-CLUSTER-IP 10.96.99.99,tcp:8080')"
             )
-        _refused_for(r, what)
+        refused_for(r, what)
         assert dump(ns) == changed
         assert len(build.run(build.in_ns(ns, "ipset", "list", "-n")).split()) == len(
             [line for line in changed["ipset"] if line.startswith("create ")]
