@@ -101,6 +101,8 @@ def _by_set(text: str) -> dict[str, tuple[str, list[str]]]:
 def set_change(saved: str, now: str) -> str | None:
     """The first set whose header or members differ between the bundle's `ipset.save` and
     the same listing made now."""
+    if now == saved:  # the usual case, without parsing 10,000 lines twice
+        return None
     before, current = _by_set(saved), _by_set(now)
     for name, (create, members) in before.items():
         if name not in current:
@@ -135,6 +137,8 @@ def _by_service(text: str) -> dict[str, tuple[str, list[str]]]:
 def ipvs_change(saved: str, now: str) -> str | None:
     """The first virtual server whose settings or real servers differ between the bundle's
     `ipvsadm.rules` and the same listing made now."""
+    if now == saved:
+        return None
     before, current = _by_service(saved), _by_service(now)
     for name, (head, dests) in before.items():
         if name not in current:
