@@ -61,11 +61,15 @@ def plan_change(before: Mapping[str, str], now: Mapping[str, str]) -> str | None
         current = now.get(label)
         if current is None:
             return f"{label}: no longer in the plan"
-        if current != content:
-            if label.startswith(("chain ", "jump rules ")):
-                noun = "rules"
-                return f"{label}: {_difference(noun, _lines(content), _lines(current))}"
-            return f"{label}: was {_quote(content)}, now {_quote(current)}"
+        if current == content:
+            continue
+        if label.startswith(("chain ", "jump rules ")):
+            return f"{label}: {_difference('rules', _lines(content), _lines(current))}"
+        head, *rest = _lines(content) or [""]
+        head_now, *rest_now = _lines(current) or [""]
+        if label.startswith("link ") and head == head_now:
+            return f"{label}: {_difference('addresses', rest, rest_now)}"
+        return f"{label}: was {_quote(head)}, now {_quote(head_now)}"
     for label in now:
         if label not in before:
             return f"{label}: new in the plan"

@@ -75,9 +75,9 @@ class Plan:
         """What each step removes, in content, and what is kept, from this reading: one
         entry per chain (its rules), per table's jumps (rules and positions), per virtual
         server (its settings and how many real servers), per set (type, family, members
-        counted), for the link (index, kind, state, addresses), per sysctl and kept object.
-        Equal for two reads of an unchanged node; the re-check names the first entry that
-        differs. Nothing here makes a kernel read: the real servers and the members
+        counted), for the link (index, kind and state, then its addresses), per sysctl and
+        kept object. Equal for two reads of an unchanged node; the re-check names the first
+        entry that differs. Nothing here reads the kernel: the real servers and the members
         themselves are compared with the bundle (agent.cleanup.recheck)."""
         out: dict[str, str] = {}
         for s in self.steps:
@@ -103,10 +103,8 @@ class Plan:
                 out[f"set {i.name}"] = f"{i.type} family {i.family}; {i.elements} members"
             elif s.link is not None:
                 ln = s.link
-                out[f"link {ln.name}"] = (
-                    f"index {ln.index} kind {ln.kind} {'up' if ln.up else 'down'}; addresses "
-                    + " ".join(sorted(ln.addresses))
-                )
+                head = f"index {ln.index} kind {ln.kind} {'up' if ln.up else 'down'}"
+                out[f"link {ln.name}"] = "\n".join((head, *sorted(ln.addresses)))
             else:
                 out[f"{s.action} {s.target}"] = repr(s.sysctl)
         for k in self.kept:
