@@ -12,9 +12,10 @@ Two comparisons, each naming the first difference it finds:
 - `bundle_change`: the members of the sets to be destroyed and the real servers (address,
   port, forwarding method, weight) of the virtual servers to be deleted are not in a plan;
   the bundle lists them from the kernel while it is written. They are listed again now, by
-  the same code, and compared with the bundle's `ipset.save` and `ipvsadm.rules` — one more
-  listing of just those sets and one read of /proc/net/ip_vs, the cost of that part of the
-  backup, instead of a member listing in every reading.
+  the same code (the IPVS lines printed in any order), and compared with the bundle's
+  `ipset.save` and `ipvsadm.rules` — one more listing of just those sets and one read of
+  /proc/net/ip_vs, less than that part of the backup costs, instead of a member listing in
+  every reading.
 
 Any difference refuses (exit 3) before the first change: a removed object is always in the
 bundle.
@@ -24,10 +25,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agent.cleanup import backup
+from agent.cleanup import backup, ipvsadm_save
+from agent.readers import ipvs
+from agent.snapshot import IpvsDest, IpvsService
 from agent.views.plan import Plan
 
 _SHOWN = 80  # characters of a differing line quoted in a reason
@@ -141,7 +144,7 @@ def _by_service(text: str) -> dict[str, tuple[str, list[str]]]:
 def ipvs_change(saved: str, now: str) -> str | None:
     """The first virtual server whose settings or real servers differ between the bundle's
     `ipvsadm.rules` and the same listing made now."""
-    if now == saved:
+    if now == saved or sorted(now.splitlines()) == sorted(saved.splitlines()):
         return None
     before, current = _by_service(saved), _by_service(now)
     for name, (head, dests) in before.items():
@@ -158,6 +161,28 @@ def ipvs_change(saved: str, now: str) -> str | None:
     return None
 
 
+def _ipvs_rules(services: list[IpvsService], timeout: float) -> str:
+    """The lines backup.ipvsadm_rules writes for these services (their real servers from one
+    read of /proc/net/ip_vs, a service /proc cannot describe dumped over netlink), in any
+    order: ipvsadm's order (agent.cleanup.ipvsadm_save's sorts) was most of this listing's
+    cost in the VM, and the comparison sorts the lines anyway. A shape the printer has no rule
+    for is listed by the backup's own fallback, `ipvsadm -S -n`."""
+    listed = ipvs.read_proc_dests()
+
+    def dests_of(s: IpvsService) -> Sequence[IpvsDest]:
+        found = listed.get(ipvs.proc_key(s))
+        return s.dests if found is None else found
+
+    if not all(ipvsadm_save.supported(s, dests_of) for s in services):
+        return backup.ipvsadm_rules(services, timeout)
+    lines: list[str] = []
+    for s in services:
+        name = ipvsadm_save._service_name(s)  # noqa: SLF001 - the backup's printer, line by line
+        lines.append(ipvsadm_save._service_line(s, name))  # noqa: SLF001
+        lines += (ipvsadm_save._dest_line(name, d) for d in dests_of(s))  # noqa: SLF001
+    return "".join(f"{line}\n" for line in lines)
+
+
 def bundle_change(bundle: Path, plan: Plan, timeout: float) -> str | None:
     """The first set member or real server of what `plan` removes that differs from what
     `bundle` holds. Raises OSError (the bundle cannot be read back) or what the listing
@@ -165,7 +190,7 @@ def bundle_change(bundle: Path, plan: Plan, timeout: float) -> str | None:
     services = [s.service for s in plan.steps if s.service is not None]
     if services:
         saved = (bundle / "ipvsadm.rules").read_text()
-        found = ipvs_change(saved, backup.ipvsadm_rules(services, timeout))
+        found = ipvs_change(saved, _ipvs_rules(services, timeout))
         if found:
             return found
     sets = [s.ipset.name for s in plan.steps if s.ipset is not None]

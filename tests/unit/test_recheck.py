@@ -3,6 +3,8 @@ as a change, what does not, and the one line that names it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.cleanup import recheck
 from agent.snapshot import Ipset, IptRule, IpvsService, Link
 from agent.views.plan import Plan, Step, TableChange
@@ -153,3 +155,35 @@ def test_real_server_changes_are_named_per_virtual_server() -> None:
         "virtual server -t 10.96.0.1:443: was '-A -t 10.96.0.1:443 -s rr', "
         "now '-A -t 10.96.0.1:443 -s wlc'"
     )
+
+
+def test_the_recheck_lists_the_backups_ipvs_lines_in_any_order(monkeypatch: Any) -> None:
+    """recheck._ipvs_rules prints what backup.ipvsadm_rules prints, without ipvsadm's sort."""
+    from agent.cleanup import backup
+    from agent.readers import ipvs
+    from agent.snapshot import IpvsDest
+
+    monkeypatch.setattr(ipvs, "read_proc_dests", lambda: {})  # each service's own real servers
+    services = [
+        IpvsService(
+            4,
+            "TCP",
+            f"10.96.{i // 250}.{i % 250 + 1}" if i % 7 else f"192.168.50.{i % 200 + 1}",
+            443 if i % 7 else 30000 + i,
+            None,
+            "rr",
+            2,
+            0,
+            dests=tuple(IpvsDest(f"10.244.{i % 200}.{k + 1}", 8443, "masq", 1) for k in range(3)),
+        )
+        for i in range(300)
+    ]
+    services += [
+        IpvsService(
+            6, "FWM", None, None, 100, "rr", 2, 0, dests=(IpvsDest("fd00::2", 0, "route", 1),)
+        ),
+        IpvsService(4, "UDP", "10.96.0.10", 53, None, "sh", 0x1B, 180, dests=()),
+    ]
+    mine, saved = recheck._ipvs_rules(services, 5), backup.ipvsadm_rules(services, 5)
+    assert mine != saved and sorted(mine.splitlines()) == sorted(saved.splitlines())
+    assert recheck.ipvs_change(saved, mine) is None
