@@ -1,7 +1,8 @@
 """The `cleanup --apply` procedure (SPEC §5), shared by the command and serve's auto-cleanup.
 
-Order: plan -> lock -> gate -> backup -> gate and plan again -> execute -> re-audit. Until the
-executor starts nothing has changed, and every refusal says so.
+Order: plan -> lock -> gate -> backup -> gate, plan and content again (agent.cleanup.recheck)
+-> execute -> re-audit. Until the executor starts nothing has changed, and every refusal says
+so.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent import exitcodes
-from agent.cleanup import lock
+from agent.cleanup import lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
 from agent.collection import Collection
@@ -96,6 +97,7 @@ def _locked(
     refusal = gate_refusal(col)
     if refusal:
         raise Refused(refusal)
+    backed_up = plan.contents()  # the bundle's iptables rules and link come from this plan
     try:
         bundle = write_bundle(settings.backup_dir, plan, settings.tool_timeout)
     except OSError as exc:  # a read-only or missing folder: no change has been made yet
@@ -115,9 +117,20 @@ def _locked(
     refusal = gate_refusal(again)
     if refusal:
         raise Refused(refusal)
-    if plan_for(again, settings).fingerprint() != plan.fingerprint():
+    # In content (issue 23): the plan from this reading against the one the bundle was
+    # written from, then the members and real servers it lists against the bundle's.
+    now = plan_for(again, settings)
+    changed = recheck.plan_change(backed_up, now.contents())
+    if not changed:
+        try:
+            changed = recheck.bundle_change(bundle, now, settings.tool_timeout)
+        except Exception as exc:  # noqa: BLE001 - a read failed; no change has been made yet
+            raise CleanupError(
+                f"cannot compare the node with the backup {bundle}: {exc}; nothing was changed"
+            ) from exc
+    if changed:
         raise Refused(
-            "refused: the node changed while the plan was made; run cleanup "
+            f"refused: the node changed since its backup was read ({changed}); run cleanup "
             "again (nothing was changed)"
         )
 

@@ -71,11 +71,45 @@ class Plan:
     def empty(self) -> bool:
         return not self.steps
 
-    def fingerprint(self) -> tuple[object, ...]:
-        """What the plan would change; equal for two reads of an unchanged node."""
-        return tuple(
-            (s.action, s.target, s.table.restore_text() if s.table else "") for s in self.steps
-        ) + tuple((k.kind, k.name) for k in self.kept)
+    def contents(self) -> dict[str, str]:
+        """What each step removes, in content, and what is kept, from this reading: one
+        entry per chain (its rules), per table's jumps (rules and positions), per virtual
+        server (its settings and how many real servers), per set (type, family, members
+        counted), for the link (index, kind and state, then its addresses), per sysctl and
+        kept object. Equal for two reads of an unchanged node; the re-check names the first
+        entry that differs. Nothing here reads the kernel: the real servers and the members
+        themselves are compared with the bundle (agent.cleanup.recheck)."""
+        out: dict[str, str] = {}
+        for s in self.steps:
+            if s.table is not None:
+                t = s.table
+                where = f"{t.backend}/{t.family}/{t.table}"
+                jumps = zip(t.positions or (0,) * len(t.delete_rules), t.delete_rules, strict=True)
+                out[f"jump rules in {where}"] = "\n".join(
+                    f"{pos} -A {r.chain} {r.text}" for pos, r in jumps
+                )
+                for name in t.chains:
+                    out[f"chain {where} {name}"] = ""
+                for name, rules in t.chain_rules:
+                    out[f"chain {where} {name}"] = "\n".join(r.text for r in rules)
+            elif s.service is not None:
+                v = s.service
+                out[f"virtual server {v.key}"] = (
+                    f"{v.scheduler} flags {v.flags:#x} timeout {v.timeout} netmask {v.netmask} "
+                    f"pe {v.pe_name or '-'}; {len(v.dests)} real servers"
+                )
+            elif s.ipset is not None:
+                i = s.ipset
+                out[f"set {i.name}"] = f"{i.type} family {i.family}; {i.elements} members"
+            elif s.link is not None:
+                ln = s.link
+                head = f"index {ln.index} kind {ln.kind} {'up' if ln.up else 'down'}"
+                out[f"link {ln.name}"] = "\n".join((head, *sorted(ln.addresses)))
+            else:
+                out[f"{s.action} {s.target}"] = repr(s.sysctl)
+        for k in self.kept:
+            out[f"kept {k.kind} {k.name}"] = ""
+        return out
 
 
 def _key(t: IptTable) -> TableKey:

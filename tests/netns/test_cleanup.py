@@ -21,6 +21,7 @@ from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests.conftest import AGENT, run_agent
 from tests.dumps import dump, minus_leftovers
+from tests.recheck import changed_during_the_pause, one_more_line, refused_for
 
 pytestmark = pytest.mark.netns
 CONFIRMED = {"mode": "nftables", "families": ["IPv4", "IPv6"], "last_sync_age": 2.0}
@@ -537,3 +538,87 @@ def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
         r = apply(ns, tmp_path, "--tool-timeout", "3", env={"XTABLES_LOCKFILE": str(lockfile)})
     assert r.rc == 4, r
     assert "iptables-legacy-restore did not finish within 3." in r.stdout, r.stdout
+
+
+# --- the re-check sees every change (issue 23 item 4, row 5) ----------------------------------
+
+
+OPERATOR_RULE = "-p tcp -m tcp --dport 31999 -m comment --comment operator-rule -j RETURN"
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_rule_added_inside_a_leftover_chain_after_the_backup_refuses(
+    netns: Callable[[], str], tmp_path: Path, backend: str
+) -> None:
+    """Issue 23 row 5: the rule was deleted with its chain, exit 0, in no bundle file. Now the
+    re-check compares every removed chain's rules with the reading the backup was made from:
+    exit 3, the node exactly as the change left it; the next run backs the rule up first."""
+    with node(netns, tmp_path, backend, dual=False) as (ns, _):
+        before = dump(ns)
+        tool = f"iptables-{backend}"
+        chain = "KUBE-NODE-PORT"  # ipvs mode's own nat chain, removed whole by the plan
+        saved = before[f"{tool}-save"]
+        nat = saved[saved.index("*nat") : saved.index("COMMIT", saved.index("*nat"))]
+        assert f":{chain} - [0:0]" in nat
+        rules = sum(line.startswith(f"-A {chain} ") for line in nat)
+
+        def add_rule() -> None:
+            build.run(build.in_ns(ns, tool, "-t", "nat", "-A", chain, *OPERATOR_RULE.split()))
+
+        r, changed = changed_during_the_pause(ns, tmp_path, add_rule)
+        added = one_more_line(before, changed, f"{tool}-save")
+        assert added == f"-A {chain} {OPERATOR_RULE}"
+        refused_for(
+            r,
+            f"chain {backend}/ipv4/nat {chain}: {rules} rules in the backup, {rules + 1} now "
+            f"(new: '{OPERATOR_RULE}')",
+        )
+        assert dump(ns) == changed  # nothing removed, the operator's rule still there
+        # the next run reads the rule, backs it up and removes it with the chain
+        again = apply(ns, tmp_path)
+        assert again.rc == 0, again.stdout + again.stderr
+        (bundle,) = (tmp_path / "backups").iterdir()
+        restore = (bundle / f"iptables-{backend}-ipv4.restore").read_text().splitlines()
+        assert f"-A {chain} {OPERATOR_RULE}" in restore
+
+
+@pytest.mark.parametrize("how", ["added", "replaced"])
+def test_a_member_changed_in_a_leftover_set_after_the_backup_refuses(
+    netns: Callable[[], str], tmp_path: Path, how: str
+) -> None:
+    """A member added (the set's count changes: the plan's contents differ) or one member
+    replaced by another (same count: only the member listing, compared with the bundle's
+    ipset.save, sees it) between the backup and the re-check: exit 3, nothing changed."""
+    with node(netns, tmp_path, dual=False) as (ns, _):
+        before = dump(ns)
+        members = [m for m in before["ipset"] if m.startswith("add KUBE-CLUSTER-IP ")]
+        assert members
+
+        def change_member() -> None:
+            if how == "replaced":
+                build.run(build.in_ns(ns, "ipset", "del", *members[0].split()[1:]))
+            build.run(build.in_ns(ns, "ipset", "add", "KUBE-CLUSTER-IP", "10.96.99.99,tcp:8080"))
+
+        r, changed = changed_during_the_pause(ns, tmp_path, change_member)
+        count = len(members)
+        if how == "added":
+            added = one_more_line(before, changed, "ipset")
+            assert added == "add KUBE-CLUSTER-IP 10.96.99.99,tcp:8080"
+            what = f"set KUBE-CLUSTER-IP: was 'hash:ip,port family 4; {count} members', now "
+        else:
+            assert {k: v for k, v in changed.items() if k != "ipset"} == {
+                k: v for k, v in before.items() if k != "ipset"
+            }
+            assert set(before["ipset"]) - set(changed["ipset"]) == {members[0]}
+            assert set(changed["ipset"]) - set(before["ipset"]) == {
+                "add KUBE-CLUSTER-IP 10.96.99.99,tcp:8080"
+            }
+            what = (
+                f"set KUBE-CLUSTER-IP: {count} members in the backup, {count} now "
+                "(new: 'add KUBE-CLUSTER-IP 10.96.99.99,tcp:8080')"
+            )
+        refused_for(r, what)
+        assert dump(ns) == changed
+        assert len(build.run(build.in_ns(ns, "ipset", "list", "-n")).split()) == len(
+            [line for line in changed["ipset"] if line.startswith("create ")]
+        )

@@ -14,6 +14,7 @@ from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests.conftest import AGENT, run_agent
 from tests.dumps import dump, minus_leftovers
+from tests.recheck import changed_during_the_pause, one_more_line, refused_for
 
 pytestmark = pytest.mark.vm
 FOREIGN_IPVS = ("192.168.50.100:80", "-f 100")
@@ -115,3 +116,61 @@ def test_a_tool_killed_mid_restore_leaves_the_node_as_before_restore(
         ok = run_agent(ns, "restore", *lock, str(bundle))  # and the bundle still restores
         assert ok.rc == 0, ok.stderr
         assert dump(ns, ipvs=True) == before
+
+
+# --- the re-check sees every change (issue 23 item 4, row 5) ----------------------------------
+
+
+@pytest.mark.parametrize("how", ["real-server-added", "weight-changed", "address-added"])
+def test_a_changed_virtual_server_or_kube_ipvs0_after_the_backup_refuses(
+    netns: Callable[[], str], tmp_path: Path, how: str
+) -> None:
+    """Between the backup and the re-check: a real server added to a leftover virtual server
+    (its count changes: the plans differ), a real server's weight changed (same count: only
+    the real-server listing compared with the bundle's ipvsadm.rules sees it), an address added
+    to kube-ipvs0. Each refuses, exit 3, with the node exactly as the change left it."""
+    ns = netns()
+    build.build(ns, realistic_node(with_ipvs=True, third_party=True, nftables_table=True))
+    with start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp"):
+        before = dump(ns, ipvs=True)
+        vs = "-t 10.96.0.1:443"  # default/kubernetes, one real server: the control plane
+        (server,) = [line for line in before["ipvsadm"] if line.startswith(f"-a {vs} ")]
+        assert server == f"-a {vs} -r 192.168.50.2:6443 -m -w 1"
+        addresses = [line for line in before["kube-ipvs0"] if " inet " in line]
+
+        def change() -> None:
+            if how == "real-server-added":
+                run = ["ipvsadm", "-a", *vs.split(), "-r", "192.168.50.2:6444", "-m"]
+            elif how == "weight-changed":
+                run = ["ipvsadm", "-e", *vs.split(), "-r", "192.168.50.2:6443", "-m", "-w", "7"]
+            else:
+                run = ["ip", "addr", "add", "10.96.99.99/32", "dev", "kube-ipvs0"]
+            build.run(build.in_ns(ns, *run))
+
+        r, changed = changed_during_the_pause(ns, tmp_path, change, ipvs=True)
+        if how == "real-server-added":
+            added = one_more_line(before, changed, "ipvsadm")
+            assert added == f"-a {vs} -r 192.168.50.2:6444 -m -w 1"
+            what = "virtual server TCP 10.96.0.1:443: was 'rr flags 0x2 timeout 0 "
+            assert "1 real servers', now " in r.stderr and "2 real servers'" in r.stderr
+        elif how == "weight-changed":
+            assert {k: v for k, v in changed.items() if k != "ipvsadm"} == {
+                k: v for k, v in before.items() if k != "ipvsadm"
+            }
+            assert [x for x in changed["ipvsadm"] if x not in before["ipvsadm"]] == [
+                f"-a {vs} -r 192.168.50.2:6443 -m -w 7"
+            ]
+            assert len(changed["ipvsadm"]) == len(before["ipvsadm"])
+            what = (
+                f"virtual server {vs}: 1 real servers in the backup, 1 now "
+                f"(new: '-a {vs} -r 192.168.50.2:6443 -m -w 7')"
+            )
+        else:
+            added = one_more_line(before, changed, "kube-ipvs0")
+            assert "inet 10.96.99.99/32" in added
+            what = (
+                f"link kube-ipvs0: {len(addresses)} addresses in the backup, "
+                f"{len(addresses) + 1} now (new: '10.96.99.99/32')"
+            )
+        refused_for(r, what)
+        assert dump(ns, ipvs=True) == changed
