@@ -43,6 +43,12 @@ class LazyGroup(click.Group):
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     from agent.readers.urls import split_url
 
+    bad = next((c for c in value if c <= " " or c >= "\x7f"), None)
+    if bad is not None:  # a CR/LF would add headers to the request (issue 23)
+        raise click.BadParameter(
+            f"{value!r} holds a control character, space or non-ASCII character "
+            f"({bad!r}); write the URL percent-encoded"
+        )
     try:
         parsed = split_url(value)
     except ValueError as exc:

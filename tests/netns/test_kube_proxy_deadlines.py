@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, python_json
+from tests.conftest import REPO, python_json, run_agent
 from tests.misbehaving_kube_proxy import running
 from tests.serving import serving
 
@@ -137,3 +137,32 @@ def test_a_15_mb_metrics_is_read_whole_in_bounded_memory(netns: Callable[[], str
         peak = _hwm_kib(proc.pid)
     assert 'ipvs_leftovers_source_up{source="kube_proxy_metrics"} 1.0' in got["body"]
     assert peak < 100 * 1024, f"serve peaked at {peak} KiB"
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "--kube-proxy-metrics-url",
+        "--kube-proxy-healthz-url",
+        "IPVS_LEFTOVERS_KUBE_PROXY_METRICS_URL",
+    ],
+)
+def test_a_url_with_cr_lf_is_refused_and_never_sent(
+    netns: Callable[[], str], tmp_path: Path, option: str
+) -> None:
+    """Row 17: CR/LF in a kube-proxy URL (a request-injection attempt) is a usage error, exit
+    2, and nothing reaches kube-proxy's ports. Before, the request carried the extra header."""
+    ns = netns()
+    record = tmp_path / "requests.txt"
+    record.touch()
+    url = "http://127.0.0.1:10249/x\r\nX-Injected: 1\r\n"
+    if option.startswith("--"):
+        args, env = [option, url, "audit"], None
+    else:
+        args, env = ["audit"], {option: url}
+    with running(ns, "record", "--record", str(record)):
+        r = run_agent(ns, *args, env=env)
+        time.sleep(0.5)
+    assert r.rc == 2, (r.rc, r.stderr)
+    assert "control character" in r.stderr and "Traceback" not in r.stderr
+    assert "X-Injected" not in record.read_text()
