@@ -53,3 +53,22 @@ def test_the_trailing_underscore_variable_does_not_make_plain_cleanup_apply(
     assert "nftables mode confirmed: --apply would run this plan" in r.stdout
     assert not backups.exists() or not any(backups.iterdir())
     assert _rules(ns) == before
+
+
+def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """Row 14: `--lock-file` a symlink truncated its target and wrote the PID into it. Now the
+    lock file is opened with O_NOFOLLOW: one line, exit 4, the target as it was."""
+    target = tmp_path / "precious"
+    target.write_text("operator's data\n")
+    link = tmp_path / "cleanup.lock"
+    link.symlink_to(target)
+    r = run_agent(
+        netns(), "cleanup", "--apply", "--lock-file", str(link), "--backup-dir", str(tmp_path)
+    )
+    assert r.rc == 4, (r.rc, r.stdout, r.stderr)
+    line = _one_line(r.stderr)
+    assert f"the lock file {link} is a symbolic link" in line and "nothing was changed" in line
+    assert target.read_text() == "operator's data\n"
+    assert link.is_symlink()
