@@ -119,14 +119,13 @@ def serve(
 ) -> None:
     """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
     import logging
-    import ssl
 
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from agent import logs
     from agent.collect import for_scrapes
     from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
-    from agent.views.server import make_server, serve_until_signalled
+    from agent.views.server import TlsFileError, make_server, serve_until_signalled
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -163,8 +162,8 @@ def serve(
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     try:
         server = make_server(host, port, registry, tls)
-    except ssl.SSLError as exc:
-        common.fail(f"cannot use --tls-cert/--tls-key: {exc.reason or exc}", exitcodes.ERROR)
+    except TlsFileError as exc:
+        common.fail(str(exc), exitcodes.ERROR)
     except OSError as exc:
         common.fail(
             f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR

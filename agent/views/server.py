@@ -365,15 +365,46 @@ def _bind(host: str, port: int) -> _Server:
         return _Server(("0.0.0.0", port), _Handler)
 
 
+class TlsFileError(Exception):
+    """--tls-cert or --tls-key cannot be used; the message names the file and why."""
+
+
+def load_tls(cert: str, key: str) -> ssl.SSLContext:
+    """A server context from the two PEM files; TlsFileError naming the file at fault."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise TlsFileError(_tls_blame(cert, key, exc)) from exc
+    return ctx
+
+
+def _tls_blame(cert: str, key: str, exc: Exception) -> str:
+    """OpenSSL says `[SSL] PEM lib` for a bad certificate and a bad key alike: find which."""
+    if not isinstance(exc, ssl.SSLError) and isinstance(exc, OSError):
+        import os
+
+        which = exc.filename or (cert if not os.access(cert, os.R_OK) else key)
+        option = "--tls-cert" if which == cert else "--tls-key"
+        return f"cannot read {option} {which}: {exc.strerror or exc}"
+    if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+        return f"--tls-key {key} is not the private key of --tls-cert {cert}"
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_verify_locations(cafile=cert)
+    except (ssl.SSLError, OSError):
+        return f"--tls-cert {cert} holds no PEM certificate ({exc})"
+    return f"--tls-key {key} holds no PEM private key for --tls-cert {cert} ({exc})"
+
+
 def make_server(
     host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str] | None = None
 ) -> _Server:
-    """Bind (OSError if it cannot) and load the TLS files (ssl.SSLError, OSError)."""
+    """Bind (OSError if it cannot) and load the TLS files (TlsFileError)."""
     ctx = None
     if tls is not None:  # before binding: a bad file must not leave a socket behind
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(tls[0], tls[1])
+        ctx = load_tls(*tls)
     server = _bind(host, port)
     server.registry = registry
     server.tls = ctx

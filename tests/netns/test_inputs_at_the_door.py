@@ -3,6 +3,8 @@ agent run as a user runs it, in a throwaway namespace."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,3 +74,41 @@ def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(
     assert f"the lock file {link} is a symbolic link" in line and "nothing was changed" in line
     assert target.read_text() == "operator's data\n"
     assert link.is_symlink()
+
+
+def _pem(tmp: Path, name: str) -> tuple[Path, Path]:
+    key, cert = tmp / f"{name}-key.pem", tmp / f"{name}-cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_tls_errors_name_the_file(netns: Callable[[], str], tmp_path: Path) -> None:
+    """Item 6: OpenSSL says `[SSL] PEM lib` for a bad certificate and a bad key alike, and
+    serve printed only that. Now one line names the option and the file at fault, exit 4."""
+    cert, key = _pem(tmp_path, "a")
+    other_cert, _ = _pem(tmp_path, "b")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a PEM file\n")
+    unreadable = tmp_path / "unreadable.pem"
+    unreadable.write_bytes(key.read_bytes())
+    os.chmod(unreadable, 0)
+    ns = netns()
+    cases = [
+        (garbage, key, f"--tls-cert {garbage} holds no PEM certificate"),
+        (cert, garbage, f"--tls-key {garbage} holds no PEM private key"),
+        (key, key, f"--tls-cert {key} holds no PEM certificate"),
+        (other_cert, key, f"--tls-key {key} is not the private key of --tls-cert {other_cert}"),
+    ]
+    if os.geteuid() != 0:  # root reads a file of mode 000
+        cases.append((cert, unreadable, f"cannot read --tls-key {unreadable}"))
+    for c, k, want in cases:
+        r = run_agent(
+            ns, "serve", "--listen", "127.0.0.1:9437", "--tls-cert", str(c), "--tls-key", str(k)
+        )
+        assert r.rc == 4, (c, k, r.stderr)
+        assert want in _one_line(r.stderr), r.stderr
