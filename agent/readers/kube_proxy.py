@@ -410,6 +410,9 @@ def read(
     deadline, and one dripping its answers held a cleanup for minutes (issue 23)."""
     started = time.monotonic()
     end = started + timeout if deadline is None else min(started + timeout, deadline)
+    if end <= started:  # serve's scrape deadline passed while the kernel was read
+        gone: Reading[Any] = Reading("error", None, "not read: the scrape deadline had passed")
+        return KubeProxy(gone, gone, gone, time.time(), livez=gone)
     base = metrics_url.rstrip("/")
     reads: dict[str, Callable[[], Any]] = {
         "proxy_mode": lambda: parse_proxy_mode(*_small(f"{base}/proxyMode", end)),
