@@ -103,7 +103,8 @@ def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     type=Seconds(min=0.1, max=300),
     default=5.0,
     show_default=True,
-    help="Seconds to wait for each kube-proxy endpoint and each iptables-save.",
+    help="Deadline, in seconds, of kube-proxy's four answers (read at once, each whole) and of "
+    "each iptables-save.",
 )
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
