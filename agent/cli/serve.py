@@ -92,10 +92,10 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @click.option(
     "--auto-cleanup-interval",
-    type=Duration(least=1.0),
+    type=Duration(least=0.1),
     default="60s",
     show_default=True,
-    help="How often auto-cleanup observes the node (through the shared collection); at least 1s.",
+    help="How often auto-cleanup observes the node (through the shared collection); at least 0.1s.",
 )
 @BACKUP_DIR
 @LOCK_FILE
