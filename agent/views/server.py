@@ -235,6 +235,8 @@ class _Server(HTTPServer):
             self._local.request = data
             try:
                 self.finish_request(request, client_address)
+            except OSError as exc:  # the client went away, or the watchdog cut its answer
+                log.debug("answer to %s not written: %s", client_address[0], exc)
             except Exception:  # noqa: BLE001 - one connection, never the server
                 self.handle_error(request, client_address)
             finally:
