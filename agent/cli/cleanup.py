@@ -126,7 +126,7 @@ def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     help="Restore a bundle whose manifest names another node (it was copied here).",
 )
 @TOOL_TIMEOUT
-@click.option("--step-delay", type=float, default=0.0, hidden=True)
+@click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
 def restore(
     bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float, step_delay: float
 ) -> None:

@@ -64,6 +64,8 @@ def usage_error(args: list[str], env: dict[str, str] | None = None) -> str:
         ["verify", "--probe-timeout", "nan"],
         ["cleanup", "--pause-before-execute", "nan"],
         ["cleanup", "--step-delay", "-1"],
+        ["restore", "/", "--step-delay", "nan"],
+        ["restore", "/", "--tool-timeout", "nan"],
     ],
 )
 def test_non_finite_or_non_positive_numbers_are_usage_errors(args: list[str]) -> None:
