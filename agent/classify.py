@@ -544,18 +544,28 @@ def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
 
 
 def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], list[str]]:
-    """(evidence, failures): kube-proxy's nftables table for each active family."""
+    """(evidence, failures): kube-proxy's nftables table for each active family, holding
+    kube-proxy's own chains (names.NFTABLES_MODE_CHAINS), not merely existing."""
     evidence: list[str] = []
     failed: list[str] = []
     if snap.nftables.status == "error":
         return [], [f"could not read nftables: {snap.nftables.error}"]
-    tables = {(t.family, t.name) for t in snap.nftables.data}
+    tables = {(t.family, t.name): t for t in snap.nftables.data}
+    wanted = names.NFTABLES_MODE_CHAINS
     for fam in families:
         nft_family = "ip6" if fam == "IPv6" else "ip"
-        if (nft_family, "kube-proxy") in tables:
-            evidence.append(f"nftables table {nft_family} kube-proxy exists ({fam})")
-        else:
+        table = tables.get((nft_family, "kube-proxy"))
+        if table is None:
             failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
+            continue
+        missing = [c for c in wanted if c not in table.kube_proxy_chains]
+        if missing:  # an empty table, or someone else's: not kube-proxy's rules (issue 23)
+            failed.append(
+                f"nftables table {nft_family} kube-proxy lacks kube-proxy's chains "
+                f"{', '.join(missing)} ({fam})"
+            )
+        else:  # the same words as before the chains were required: verify's evidence
+            evidence.append(f"nftables table {nft_family} kube-proxy exists ({fam})")
     return evidence, failed
 
 

@@ -238,6 +238,8 @@ class NftTable:
     sets: tuple[NftSet, ...] = ()
     # kube-proxy's tables: the mark bit its `masquerading` chain masquerades, if any
     masquerade_mark: int | None = None
+    # kube-proxy's tables: which of names.NFTABLES_MODE_CHAINS it holds (the gate needs all)
+    kube_proxy_chains: tuple[str, ...] = ()
 
 
 # --- links ----------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,17 +27,30 @@ def exclusive(path: Path) -> Iterator[bool]:
 
     Raises LockError before anything is held when the file cannot be made.
     """
+    # O_NOFOLLOW: a symlink at `path` (planted, or left by a mistake) is refused, never
+    # followed: the target was truncated and overwritten with the PID (issue 23).
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, flags, 0o600)
         except FileNotFoundError:  # the folder is made on first use (a tmpfs /run)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, flags, 0o600)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LockError(
+                f"the lock file {path} is a symbolic link; refusing to follow it (remove it, "
+                "or point --lock-file at a plain file)"
+            ) from exc
         raise LockError(
             f"cannot create the lock file {path} ({reason(exc)}); point --lock-file at a "
             "writable folder"
         ) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: never written to
+        os.close(fd)
+        raise LockError(
+            f"the lock file {path} is not a regular file; point --lock-file at a plain file"
+        )
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

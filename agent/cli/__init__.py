@@ -12,6 +12,7 @@ import importlib
 import click
 
 from agent import __version__
+from agent.cli.options import Seconds
 
 # command name -> "module:function"; shown in this order by --help (click sorts names)
 COMMANDS = {
@@ -23,6 +24,29 @@ COMMANDS = {
     "precheck": "agent.cli.checks:precheck",
     "verify": "agent.cli.checks:verify",
 }
+
+
+ENV_PREFIX = "IPVS_LEFTOVERS"
+
+
+def documented_env(command: click.Command, prefix: str) -> click.Command:
+    """Each visible option of `command` read from exactly `PREFIX_<OPTION>`: its long name,
+    upper case, dashes as underscores (IPVS_LEFTOVERS_TIMEOUT, IPVS_LEFTOVERS_CLEANUP_APPLY).
+
+    click's auto_envvar_prefix builds the name from the Python parameter instead, so `--apply`
+    (parameter `apply_`) was IPVS_LEFTOVERS_CLEANUP_APPLY_, with the trailing underscore, and
+    the hidden test-only options (--pause-before-execute) could be set from the environment
+    too (issue 23). Hidden options and eager ones (--version) are read from no variable."""
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        param.allow_from_autoenv = False
+        longs = [o for o in param.opts if o.startswith("--")]
+        if param.hidden or not param.expose_value or not longs:
+            param.envvar = None
+            continue
+        param.envvar = f"{prefix}_{longs[0][2:].upper().replace('-', '_')}"
+    return command
 
 
 class LazyGroup(click.Group):
@@ -37,12 +61,18 @@ class LazyGroup(click.Group):
             return super().get_command(ctx, cmd_name)
         module, name = target.split(":")
         command: click.Command = getattr(importlib.import_module(module), name)
-        return command
+        return documented_env(command, f"{ENV_PREFIX}_{cmd_name.upper().replace('-', '_')}")
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     from agent.readers.urls import split_url
 
+    bad = next((c for c in value if c <= " " or c >= "\x7f"), None)
+    if bad is not None:  # a CR/LF would add headers to the request (issue 23)
+        raise click.BadParameter(
+            f"{value!r} holds a control character, space or non-ASCII character "
+            f"({bad!r}); write the URL percent-encoded"
+        )
     try:
         parsed = split_url(value)
     except ValueError as exc:
@@ -52,7 +82,7 @@ def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-@click.group(cls=LazyGroup, context_settings={"auto_envvar_prefix": "IPVS_LEFTOVERS"})
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="ipvs-leftovers")
 @click.option(
     "--kube-proxy-metrics-url",
@@ -70,10 +100,11 @@ def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=300),
+    type=Seconds(min=0.1, max=300),
     default=5.0,
     show_default=True,
-    help="Seconds to wait for each kube-proxy endpoint and each iptables-save.",
+    help="Deadline, in seconds, of kube-proxy's four answers (read at once, each whole) and of "
+    "each iptables-save.",
 )
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
@@ -94,6 +125,8 @@ def main(
         "log_format": log_format,
     }
 
+
+documented_env(main, ENV_PREFIX)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

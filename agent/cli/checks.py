@@ -14,7 +14,7 @@ import time
 import click
 
 from agent.cli import common
-from agent.cli.options import MAX_SYNC_AGE
+from agent.cli.options import MAX_SYNC_AGE, Seconds
 from agent.views.checks import Check, ProbeResult, document, ready, render
 
 ENV_HOST = "KUBERNETES_SERVICE_HOST"
@@ -145,7 +145,7 @@ def precheck(
 )
 @click.option(
     "--probe-timeout",
-    type=click.FloatRange(min=0.1, max=60),
+    type=Seconds(min=0.1, max=60),
     default=3.0,
     show_default=True,
     help="Seconds the probe's TCP connect may take.",

@@ -9,7 +9,7 @@ import click
 
 from agent import __version__, exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Seconds
 
 if TYPE_CHECKING:
     from agent.collection import Collection
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 )
 @MAX_SYNC_AGE
 @TOOL_TIMEOUT
-@click.option("--pause-before-execute", type=float, default=0.0, hidden=True)
-@click.option("--step-delay", type=float, default=0.0, hidden=True)
+@click.option("--pause-before-execute", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
+@click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
 @click.pass_context
 def cleanup(
     ctx: click.Context,
@@ -126,7 +126,7 @@ def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
     help="Restore a bundle whose manifest names another node (it was copied here).",
 )
 @TOOL_TIMEOUT
-@click.option("--step-delay", type=float, default=0.0, hidden=True)
+@click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
 def restore(
     bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float, step_delay: float
 ) -> None:

@@ -1,14 +1,32 @@
-"""Options several commands share, declared once."""
+"""Options several commands share, declared once; the number types every command uses."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import click
 
 from agent.readers.tools import DEFAULT_TIMEOUT
 
+
+class Seconds(click.FloatRange):
+    """A finite number of seconds within a range. click.FloatRange lets `nan` through (every
+    comparison with it is false) and `inf` where there is no maximum: `--max-sync-age nan`
+    turned the age check off (issue 23)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
 MAX_SYNC_AGE = click.option(
     "--max-sync-age",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0),
     default=0.0,
     show_default=True,
     help="Also require kube-proxy's last sync (its sync-timestamp metric) within this many "
@@ -24,7 +42,7 @@ BACKUP_DIR = click.option(
 )
 TOOL_TIMEOUT = click.option(
     "--tool-timeout",
-    type=click.FloatRange(min=1, max=3600),
+    type=Seconds(min=1, max=3600),
     default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds each netfilter tool may take (ipvsadm -S, ipset save, iptables-*-save and "

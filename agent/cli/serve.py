@@ -3,37 +3,45 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, Seconds
 
 if TYPE_CHECKING:
     from agent.collection import Collection
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`."""
+    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`; finite, at least `least`."""
 
     name = "duration"
     _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def __init__(self, least: float = 0.0) -> None:
+        self.least = least
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         if isinstance(value, int | float):
-            return float(value)
-        text = str(value).strip()
-        unit = self._UNITS.get(text[-1:], None)
-        try:
-            seconds = float(text[:-1]) * unit if unit else float(text)
-        except ValueError:
-            self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
-        if seconds < 0:
-            self.fail(f"{value!r} is negative", param, ctx)
+            seconds = float(value)
+        else:
+            text = str(value).strip()
+            unit = self._UNITS.get(text[-1:], None)
+            try:
+                seconds = float(text[:-1]) * unit if unit else float(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
+        if not math.isfinite(seconds):  # nan passed every comparison; inf held off forever
+            self.fail(f"{value!r} is not a finite duration", param, ctx)
+        if seconds < self.least:
+            what = "negative" if self.least == 0 else f"under {self.least:g}s"
+            self.fail(f"{value!r} is {what}", param, ctx)
         return seconds
 
 
@@ -57,14 +65,14 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @click.option(
     "--min-interval",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0, max=86400),
     default=10.0,
     show_default=True,
     help="Seconds between two reads of the kernel; scrapes within it share one collection.",
 )
 @click.option(
     "--source-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=3600),
     default=10.0,
     show_default=True,
     help="Time budget of each kernel source; past it the source reports source_up 0.",
@@ -84,10 +92,10 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @click.option(
     "--auto-cleanup-interval",
-    type=Duration(),
+    type=Duration(least=0.1),
     default="60s",
     show_default=True,
-    help="How often auto-cleanup observes the node (through the shared collection).",
+    help="How often auto-cleanup observes the node (through the shared collection); at least 0.1s.",
 )
 @BACKUP_DIR
 @LOCK_FILE
@@ -111,14 +119,13 @@ def serve(
 ) -> None:
     """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
     import logging
-    import ssl
 
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from agent import logs
     from agent.collect import for_scrapes
     from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
-    from agent.views.server import make_server, serve_until_signalled
+    from agent.views.server import TlsFileError, make_server, serve_until_signalled
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -155,8 +162,8 @@ def serve(
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     try:
         server = make_server(host, port, registry, tls)
-    except ssl.SSLError as exc:
-        common.fail(f"cannot use --tls-cert/--tls-key: {exc.reason or exc}", exitcodes.ERROR)
+    except TlsFileError as exc:
+        common.fail(str(exc), exitcodes.ERROR)
     except OSError as exc:
         common.fail(
             f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR

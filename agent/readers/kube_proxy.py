@@ -9,99 +9,216 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.readers._timing import Absent, timed
 from agent.readers.urls import split_url
-from agent.snapshot import KubeProxy, KubeProxyHealth, KubeProxyMetrics
+from agent.snapshot import KubeProxy, KubeProxyHealth, KubeProxyMetrics, Reading
+
+R = TypeVar("R")
 
 MODES = ("ipvs", "iptables", "nftables", "kernelspace")
-_MAX_BODY = 16 * 1024 * 1024
+# What each answer may hold. /metrics is parsed as it arrives (never held whole): a 200 MB
+# /metrics took serve to 267 MB RSS (issue 23); past the cap the source is an error. kube-proxy's
+# own /metrics is tens of KiB, /proxyMode one word, /healthz and /livez one small JSON object.
+METRICS_LIMIT = 16 * 1024 * 1024
+SMALL_LIMIT = 64 * 1024
+HEADER_LIMIT = 64 * 1024
+_LINE_LIMIT = 1024 * 1024  # one line of Prometheus text
+# A reader thread still running this long after the shared deadline is abandoned (its socket
+# operations are themselves bounded by the deadline; this covers what is not, a TLS handshake).
+_JOIN_GRACE = 0.5
 
 
 class Garbage(ValueError):
     """kube-proxy answered, but not in a form kube-proxy uses."""
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
+class Late(Exception):
+    """kube-proxy began an answer but did not finish it by the deadline."""
+
+
+def _unsafe(url: str) -> bool:
+    """A control character, a space or a non-ASCII character: never put on the wire (a CR/LF
+    would add headers or a second request). The command line refuses such URLs already."""
+    return any(c <= " " or c >= "\x7f" for c in url)
+
+
+def _get(url: str, timeout: float, limit: int = SMALL_LIMIT) -> tuple[int, bytes]:
+    """GET `url` within `timeout` seconds for the whole answer; (status, body)."""
+    return _fetch(url, time.monotonic() + timeout, limit, _join)
+
+
+def _fetch(
+    url: str, deadline: float, limit: int, consume: Callable[[Iterator[bytes]], R]
+) -> tuple[int, R]:
     """GET over a plain socket, HTTP/1.1 with Connection: close; any status is returned with
-    its body. urllib.request, http.client and the idna codec they pull in were a third of a
-    cold audit's imports in the benchmark's VM, for four GETs to the node itself. Never
-    through a proxy: kube-proxy listens on the node, an HTTP(S)_PROXY from the pod's
-    environment must not send these requests elsewhere. https:// goes through urllib."""
+    what `consume` makes of its body, read as it arrives. urllib.request, http.client and the
+    idna codec they pull in were a third of a cold audit's imports in the benchmark's VM, for
+    four GETs to the node itself. Never through a proxy: kube-proxy listens on the node, an
+    HTTP(S)_PROXY from the pod's environment must not send these requests elsewhere.
+
+    `deadline` (time.monotonic()) bounds the whole answer, not each read: a kube-proxy that
+    drips its body a byte a second is cut there (issue 23). No connection by then is `absent`;
+    a request accepted and not answered by then, or an answer not finished by then (Late), or
+    one over `limit` bytes (Garbage), is an error.
+    """
+    if _unsafe(url):
+        raise Garbage(f"{url!r} holds a control character or space; not sent")
     try:
         u = split_url(url)
     except ValueError as exc:
         raise Absent(f"{url} unreachable: {exc}") from exc
-    if u.scheme != "http":
-        return _get_urllib(url, timeout)
+    if u.scheme not in ("http", "https"):
+        raise Absent(f"{url} unreachable: not an http(s) URL")
     try:
-        host, port, path = u.host, u.port or 80, u.target
+        host, port = u.host, u.port or (443 if u.scheme == "https" else 80)
         # bytes: a str host makes getaddrinfo import the idna codec
-        with socket.create_connection((host.encode(), port), timeout=timeout) as sock:  # type: ignore[arg-type]
-            sock.sendall(
-                f"GET {path} HTTP/1.1\r\nHost: {u.netloc}\r\nUser-Agent: ipvs-leftovers\r\n"
-                "Accept: */*\r\nConnection: close\r\n\r\n".encode()
-            )
-            data = bytearray()
-            while len(data) <= _MAX_BODY + 65536:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+        sock = socket.create_connection((host.encode(), port), timeout=_left(deadline))  # type: ignore[arg-type]
     except (OSError, UnicodeError, ValueError) as exc:
         raise Absent(f"{url} unreachable: {exc}") from exc
-    return _response(url, bytes(data))
+    try:
+        if u.scheme == "https":
+            import ssl
+
+            sock.settimeout(_left(deadline))
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        sock.sendall(
+            f"GET {u.target} HTTP/1.1\r\nHost: {u.netloc}\r\nUser-Agent: ipvs-leftovers\r\n"
+            "Accept: */*\r\nConnection: close\r\n\r\n".encode()
+        )
+        conn = _Conn(sock, deadline)
+        try:
+            status_line = conn.line(HEADER_LIMIT)
+        except TimeoutError as exc:  # connected, asked, and no answer: a stuck kube-proxy
+            raise Late(f"{url} accepted the request but did not answer by the deadline") from exc
+        except OSError as exc:  # reset: not kube-proxy's server
+            raise Absent(f"{url} unreachable: {exc}") from exc
+        status, headers = _head(url, status_line, conn)
+        try:
+            return status, consume(_body(url, conn, headers, limit))
+        except OSError as exc:
+            raise Late(
+                f"{url} answered HTTP {status} but its body was not complete by the deadline "
+                f"({conn.total} bytes read): {exc or 'timed out'}"
+            ) from exc
+    except OSError as exc:  # the TLS handshake or the request itself
+        raise Absent(f"{url} unreachable: {exc or 'timed out'}") from exc
+    finally:
+        sock.close()
 
 
-def _response(url: str, data: bytes) -> tuple[int, bytes]:
-    head, sep, body = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.split(b"\r\n")
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    return left
+
+
+class _Conn:
+    """A socket read in chunks, each recv given only what is left of the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock, self.deadline = sock, deadline
+        self.buf = bytearray()
+        self.total = 0
+
+    def _fill(self) -> bool:
+        self.sock.settimeout(_left(self.deadline))
+        chunk = self.sock.recv(65536)
+        self.buf += chunk
+        self.total += len(chunk)
+        return bool(chunk)
+
+    def line(self, limit: int) -> bytes:
+        """Up to and with the next LF; what is left at the end; Garbage past `limit`."""
+        start = 0
+        while True:
+            end = self.buf.find(b"\n", start)
+            if end >= 0:
+                out = bytes(self.buf[: end + 1])
+                del self.buf[: end + 1]
+                return out
+            if len(self.buf) > limit:
+                raise Garbage(f"a header or chunk line longer than {limit} bytes")
+            start = len(self.buf)
+            if not self._fill():
+                out = bytes(self.buf)
+                self.buf.clear()
+                return out
+
+    def some(self, most: int) -> bytes:
+        """At most `most` bytes, b"" at the end."""
+        if not self.buf and not self._fill():
+            return b""
+        out = bytes(self.buf[:most])
+        del self.buf[:most]
+        return out
+
+
+def _head(url: str, status_line: bytes, conn: _Conn) -> tuple[int, dict[bytes, bytes]]:
     words = status_line.split(None, 2)
-    if not sep or len(words) < 2 or not words[0].startswith(b"HTTP/") or not words[1].isdigit():
+    if len(words) < 2 or not words[0].startswith(b"HTTP/") or not words[1].isdigit():
         raise Absent(f"{url} unreachable: not an HTTP answer ({status_line[:40]!r})")
-    headers = {}
-    for line in header_lines:
+    headers: dict[bytes, bytes] = {}
+    size = len(status_line)
+    while True:
+        try:
+            line = conn.line(HEADER_LIMIT)
+        except OSError as exc:
+            raise Late(f"{url}: headers not complete by the deadline: {exc}") from exc
+        size += len(line)
+        if size > HEADER_LIMIT:
+            raise Garbage(f"{url}: headers over {HEADER_LIMIT} bytes")
+        line = line.rstrip(b"\r\n")
+        if not line:
+            return int(words[1]), headers
         name, _, value = line.partition(b":")
         headers[name.strip().lower()] = value.strip().lower()
+
+
+def _body(url: str, conn: _Conn, headers: dict[bytes, bytes], limit: int) -> Iterator[bytes]:
+    """The body's bytes as they arrive: chunked, sized by Content-Length, or to the close."""
+    over = f"{url}: answer over {limit} bytes; not read further"
+    seen = 0
     if b"chunked" in headers.get(b"transfer-encoding", b""):
-        body = _dechunk(body)
-    elif headers.get(b"content-length", b"").isdigit():
-        body = body[: int(headers[b"content-length"])]
-    return int(words[1]), body[:_MAX_BODY]
-
-
-def _dechunk(body: bytes) -> bytes:
-    out = bytearray()
-    offset = 0
-    while True:
-        end = body.find(b"\r\n", offset)
-        if end < 0:
-            break
-        size = int(body[offset:end].split(b";", 1)[0] or b"0", 16)
-        if size == 0:
-            break
-        out += body[end + 2 : end + 2 + size]
-        offset = end + 2 + size + 2
-    return bytes(out)
-
-
-def _get_urllib(url: str, timeout: float) -> tuple[int, bytes]:
-    import urllib.error
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as resp:
-            return int(resp.status), resp.read(_MAX_BODY)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(_MAX_BODY)
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise Absent(f"{url} unreachable: {reason}") from exc
+        while True:
+            size_text = conn.line(1024).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text or b"0", 16)
+            except ValueError as exc:
+                raise Garbage(f"{url}: bad chunk size {size_text[:20]!r}") from exc
+            if size == 0:
+                return
+            seen += size
+            if seen > limit:
+                raise Garbage(over)
+            while size:
+                part = conn.some(size)
+                if not part:
+                    return
+                size -= len(part)
+                yield part
+            conn.line(16)  # the chunk's CRLF
+    length_text = headers.get(b"content-length", b"")
+    left = int(length_text) if length_text.isdigit() else None
+    if left is not None and left > limit:
+        raise Garbage(f"{url}: answer of {left} bytes is over {limit}; not read")
+    while left is None or left > 0:
+        part = conn.some(65536 if left is None else min(left, 65536))
+        if not part:
+            return
+        seen += len(part)
+        if seen > limit:
+            raise Garbage(over)
+        if left is not None:
+            left -= len(part)
+        yield part
 
 
 def parse_proxy_mode(status: int, body: bytes) -> str:
@@ -150,34 +267,84 @@ def parse_samples(text: str) -> list[Sample]:
 
 
 def parse_metrics(body: bytes) -> KubeProxyMetrics:
-    try:
-        samples = parse_samples(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
-    names = {s.name for s in samples}
-    if not any(n.startswith("kubeproxy_") for n in names):
-        raise Garbage("/metrics has no kubeproxy_ series")
-    last_sync: dict[str, float] = {}
-    nft_failures: float | None = None
-    localhost = invalid = None
-    for s in samples:
-        if s.name == "kubeproxy_sync_proxy_rules_last_timestamp_seconds":
-            last_sync[s.labels.get("ip_family", "")] = float(s.value)
-        elif s.name == "kubeproxy_sync_proxy_rules_nftables_sync_failures_total":
-            nft_failures = (nft_failures or 0.0) + float(s.value)
-        elif s.name == "kubeproxy_iptables_localhost_nodeports_accepted_packets_total":
-            localhost = (localhost or 0.0) + float(s.value)
-        elif s.name == "kubeproxy_iptables_ct_state_invalid_dropped_packets_total":
-            invalid = (invalid or 0.0) + float(s.value)
-    return KubeProxyMetrics(
-        last_sync=last_sync,
-        nftables_sync_failures=nft_failures,
-        nftables_series=any(n.startswith("kubeproxy_sync_proxy_rules_nftables_") for n in names),
-        ipvs_series=False,  # ipvs mode registers no series of its own
-        iptables_series=any(n.startswith("kubeproxy_iptables_") for n in names),
-        localhost_nodeport_packets=localhost,
-        ct_state_invalid_dropped=invalid,
-    )
+    return read_metrics(iter((body,)))
+
+
+_WANTED = (
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+    "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+    "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+    "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+)
+
+
+class _Metrics:
+    """What the agent uses of a /metrics text, gathered a line at a time: every line is
+    checked to be a sample, but only the few series above are kept."""
+
+    def __init__(self) -> None:
+        self.kubeproxy = self.nftables = self.iptables = False
+        self.last_sync: dict[str, float] = {}
+        self.sums: dict[str, float] = {}
+
+    def line(self, raw: bytes) -> None:
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
+        if not line or line.startswith("#"):
+            return
+        m = _SAMPLE.match(line)
+        if m is None:
+            raise Garbage(f"/metrics is not Prometheus text: not a sample line: {line[:60]!r}")
+        name = m.group(1)
+        if not name.startswith("kubeproxy_"):
+            return
+        self.kubeproxy = True
+        self.nftables = self.nftables or name.startswith("kubeproxy_sync_proxy_rules_nftables_")
+        self.iptables = self.iptables or name.startswith("kubeproxy_iptables_")
+        if name not in _WANTED:
+            return
+        try:
+            value = float(m.group(3))
+        except ValueError as exc:
+            raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
+        if name == _WANTED[0]:
+            labels = dict(_LABEL.findall(m.group(2) or ""))
+            self.last_sync[labels.get("ip_family", "")] = value
+        else:
+            self.sums[name] = self.sums.get(name, 0.0) + value
+
+    def result(self) -> KubeProxyMetrics:
+        if not self.kubeproxy:
+            raise Garbage("/metrics has no kubeproxy_ series")
+        return KubeProxyMetrics(
+            last_sync=self.last_sync,
+            nftables_sync_failures=self.sums.get(_WANTED[1]),
+            nftables_series=self.nftables,
+            ipvs_series=False,  # ipvs mode registers no series of its own
+            iptables_series=self.iptables,
+            localhost_nodeport_packets=self.sums.get(_WANTED[2]),
+            ct_state_invalid_dropped=self.sums.get(_WANTED[3]),
+        )
+
+
+def read_metrics(chunks: Iterator[bytes]) -> KubeProxyMetrics:
+    """/metrics from its body's chunks as they arrive; memory bounded by one line."""
+    parsed = _Metrics()
+    tail = b""
+    for chunk in chunks:
+        data = tail + chunk if tail else chunk
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            parsed.line(data[start:end])
+            start = end + 1
+        tail = data[start:]
+        if len(tail) > _LINE_LIMIT:
+            raise Garbage(f"/metrics has a line over {_LINE_LIMIT} bytes")
+    if tail:
+        parsed.line(tail)
+    return parsed.result()
 
 
 # Go's %q of a time.Time: "2024-05-25 03:22:43.5 +0000 UTC m=+12.3"
@@ -234,12 +401,54 @@ def parse_healthz(status: int, body: bytes, path: str = "/healthz") -> KubeProxy
     )
 
 
-def read(metrics_url: str, healthz_url: str, timeout: float) -> KubeProxy:
+def read(
+    metrics_url: str, healthz_url: str, timeout: float, deadline: float | None = None
+) -> KubeProxy:
+    """kube-proxy's four endpoints, read at once, each answer whole by one deadline: `timeout`
+    seconds from now, or `deadline` (time.monotonic()) if that is sooner. They were read one
+    after another, each with a per-read timeout: a stuck kube-proxy made serve miss the scrape
+    deadline, and one dripping its answers held a cleanup for minutes (issue 23)."""
+    started = time.monotonic()
+    end = started + timeout if deadline is None else min(started + timeout, deadline)
+    if end <= started:  # serve's scrape deadline passed while the kernel was read
+        gone: Reading[Any] = Reading("error", None, "not read: the scrape deadline had passed")
+        return KubeProxy(gone, gone, gone, time.time(), livez=gone)
     base = metrics_url.rstrip("/")
+    reads: dict[str, Callable[[], Any]] = {
+        "proxy_mode": lambda: parse_proxy_mode(*_small(f"{base}/proxyMode", end)),
+        "metrics": lambda: _fetch(f"{base}/metrics", end, METRICS_LIMIT, read_metrics)[1],
+        "healthz": lambda: parse_healthz(*_small(healthz_url, end)),
+        "livez": lambda: parse_livez(*_small(livez_url(healthz_url), end)),
+    }
+    got: dict[str, Reading[Any]] = {}
+    threads = []
+    for name, fn in reads.items():
+
+        def run(name: str = name, fn: Callable[[], Any] = fn) -> None:
+            got[name] = timed(fn, None)
+
+        thread = threading.Thread(target=run, name=f"kube-proxy-{name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(end - time.monotonic(), 0.0) + _JOIN_GRACE)
+    late = f"no answer within {end - started:.3g}s"
+    readings = {
+        name: got.get(name) or Reading("error", None, late, time.monotonic() - started)
+        for name in reads
+    }
     return KubeProxy(
-        proxy_mode=timed(lambda: parse_proxy_mode(*_get(f"{base}/proxyMode", timeout)), None),
-        metrics=timed(lambda: parse_metrics(_get(f"{base}/metrics", timeout)[1]), None),
-        healthz=timed(lambda: parse_healthz(*_get(healthz_url, timeout)), None),
+        proxy_mode=readings["proxy_mode"],
+        metrics=readings["metrics"],
+        healthz=readings["healthz"],
         read_at=time.time(),
-        livez=timed(lambda: parse_livez(*_get(livez_url(healthz_url), timeout)), None),
+        livez=readings["livez"],
     )
+
+
+def _join(chunks: Iterator[bytes]) -> bytes:
+    return b"".join(chunks)
+
+
+def _small(url: str, deadline: float) -> tuple[int, bytes]:
+    return _fetch(url, deadline, SMALL_LIMIT, _join)

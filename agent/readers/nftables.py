@@ -12,6 +12,7 @@ import struct
 import sys
 from collections import Counter
 
+from agent.names import NFTABLES_MODE_CHAINS
 from agent.readers._timing import Absent, timed
 from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
@@ -39,6 +40,7 @@ BITWISE_MASK, BITWISE_XOR, DATA_VALUE = 4, 5, 1
 MASQUERADING_CHAIN = "masquerading"
 TABLE_NAME = CHAIN_TABLE = SET_TABLE = ELEM_LIST_TABLE = 1
 SET_NAME = ELEM_LIST_SET = 2
+CHAIN_NAME = 3
 SET_FLAGS = 3
 ELEM_LIST_ELEMENTS = 3
 SET_ANONYMOUS, SET_MAP = 0x1, 0x8
@@ -109,8 +111,16 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         # One small chain per kube-proxy table: cleanup needs it to keep KUBE-MARK-MASQ's
         # masquerade only where nftables mode does not masquerade the same mark (SPEC §5).
         marks = {key: _masquerade_mark(nft, *key) for key in tables if key in DETAILED}
+        # The gate needs kube-proxy's own chains in its table, not the table alone: one
+        # request per chain, never a dump of the tens of thousands a large node has.
+        own = {key: _own_chains(nft, *key) for key in tables if key in DETAILED}
         if not detail:  # the metrics need only which tables exist
-            return tuple(NftTable(f, n, masquerade_mark=marks.get((f, n))) for f, n in tables)
+            return tuple(
+                NftTable(
+                    f, n, masquerade_mark=marks.get((f, n)), kube_proxy_chains=own.get((f, n), ())
+                )
+                for f, n in tables
+            )
         chains = _chain_counts(nft)
         sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
@@ -127,8 +137,35 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
                 for s, is_map in sets.get((family, name), [])
             )
             mark = marks.get((family, name))
-            out.append(NftTable(family, name, chains[(family, name)], table_sets, mark))
+            out.append(
+                NftTable(
+                    family,
+                    name,
+                    chains[(family, name)],
+                    table_sets,
+                    mark,
+                    own.get((family, name), ()),
+                )
+            )
     return tuple(out)
+
+
+def _own_chains(nft: NfTables, family: str, table: str) -> tuple[str, ...]:
+    """Which of kube-proxy's chains (names.NFTABLES_MODE_CHAINS) the table holds: a GETCHAIN
+    of each by name (not a dump), answered with the chain or ENOENT."""
+    header = struct.pack("=BBH", _FAMILY_NUMBERS[family], 0, 0)
+    found = []
+    for chain in NFTABLES_MODE_CHAINS:
+        body = attr(CHAIN_TABLE, table.encode() + b"\0") + attr(CHAIN_NAME, chain.encode() + b"\0")
+        try:
+            for _ in nft.raw_request((nft.SUBSYS << 8) | GETCHAIN, header + body, dump=False):
+                pass
+        except NetlinkError as exc:
+            if exc.errno == errno.ENOENT:
+                continue
+            raise
+        found.append(chain)
+    return tuple(found)
 
 
 def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:

@@ -674,10 +674,15 @@ PROBE_OK = ProbeResult("10.96.0.1:443", "--probe-address", True, "connected in 0
 
 
 def nft_snap(kp: KubeProxy | None = None, **kw: Any) -> Snapshot:
+    from agent.names import NFTABLES_MODE_CHAINS
     from agent.snapshot import NftTable
 
     s = snap(kp=kp or kube_proxy("nftables", ("IPv4", "IPv6")), **kw)
-    tables = (NftTable("ip", "kube-proxy"), NftTable("ip6", "kube-proxy"))
+    own = NFTABLES_MODE_CHAINS
+    tables = (
+        NftTable("ip", "kube-proxy", kube_proxy_chains=own),
+        NftTable("ip6", "kube-proxy", kube_proxy_chains=own),
+    )
     return replace(s, nftables=ok(tables))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.classify import Owner, classify, ipvs_service_evidence
+from agent.names import NFTABLES_MODE_CHAINS
 from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links, NftTable
 from tests.unit.builders import NOW, kube_proxy, snapshot
 
@@ -241,7 +242,7 @@ def test_kube_ipvs0_only_dummy_is_a_leftover() -> None:
 
 # --- mode confirmation (SPEC §5 gate) -------------------------------------------------------
 
-KP_TABLE = (NftTable("ip", "kube-proxy", 10),)
+KP_TABLE = (NftTable("ip", "kube-proxy", 10, kube_proxy_chains=NFTABLES_MODE_CHAINS),)
 LEFTOVER_SET = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 0, 0),)
 
 

@@ -121,9 +121,11 @@ def test_a_node_that_ran_only_iptables_mode_has_iptables_leftovers_and_no_ipvs_o
 
 
 def test_iptables_mode_leftovers_are_not_ipvs_stale_but_are_reported_apart() -> None:
+    from agent.names import NFTABLES_MODE_CHAINS
     from agent.snapshot import NftTable
 
-    snap = snapshot(legacy=IPTABLES_NODE, nftables=(NftTable("ip", "kube-proxy", 10),))
+    table = NftTable("ip", "kube-proxy", 10, kube_proxy_chains=NFTABLES_MODE_CHAINS)
+    snap = snapshot(legacy=IPTABLES_NODE, nftables=(table,))
     c = classify(snap, NOW)
     assert c.mode.nftables_confirmed and not c.stale and not c.leftovers
     doc = report.document(snap, c)

@@ -1,0 +1,136 @@
+"""Inputs refused at the door (issue 23 rows 15, 16): numbers that make no sense are usage
+errors, and the environment maps exactly to the documented options, never to hidden ones.
+
+Each case parses the real command line (the group and the command, as `ipvs-leftovers` does)
+without running the command: nothing here reads or changes a node."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+import pytest
+
+from agent.cli import main
+
+
+def parse(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The group's and the command's parameters as click resolves them for `args`."""
+    mp = pytest.MonkeyPatch()
+    try:
+        for key in [k for k in os.environ if k.startswith("IPVS_LEFTOVERS_")]:
+            mp.delenv(key)
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
+        at = next(i for i, a in enumerate(args) if a in main.list_commands(click.Context(main)))
+        with main.make_context("ipvs-leftovers", [*args[:at], args[at]]) as ctx:
+            cmd = main.get_command(ctx, args[at])
+            assert cmd is not None
+            sub = cmd.make_context(args[at], list(args[at + 1 :]), parent=ctx)
+            return dict(ctx.params), dict(sub.params)
+    finally:
+        mp.undo()
+
+
+def usage_error(args: list[str], env: dict[str, str] | None = None) -> str:
+    with pytest.raises(click.UsageError) as info:
+        parse(args, env)
+    assert info.value.exit_code == 2
+    return info.value.format_message()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--timeout", "nan", "audit"],
+        ["--timeout", "inf", "audit"],
+        ["audit", "--max-sync-age", "nan"],
+        ["audit", "--max-sync-age", "inf"],
+        ["cleanup", "--max-sync-age", "NaN"],
+        ["cleanup", "--tool-timeout", "nan"],
+        ["serve", "--min-interval", "nan"],
+        ["serve", "--min-interval", "inf"],
+        ["serve", "--source-timeout", "nan"],
+        ["serve", "--source-timeout", "inf"],
+        ["serve", "--auto-cleanup-interval", "0"],
+        ["serve", "--auto-cleanup-interval", "0.01s"],
+        ["serve", "--auto-cleanup-interval", "nan"],
+        ["serve", "--auto-cleanup-hold-down", "inf"],
+        ["serve", "--auto-cleanup-hold-down", "nanh"],
+        ["serve", "--auto-cleanup-hold-down", "-1m"],
+        ["verify", "--probe-timeout", "nan"],
+        ["cleanup", "--pause-before-execute", "nan"],
+        ["cleanup", "--step-delay", "-1"],
+        ["restore", "/", "--step-delay", "nan"],
+        ["restore", "/", "--tool-timeout", "nan"],
+    ],
+)
+def test_non_finite_or_non_positive_numbers_are_usage_errors(args: list[str]) -> None:
+    """Row 15: `--max-sync-age nan` turned the age check off, `--auto-cleanup-interval 0` made
+    a busy loop, `--auto-cleanup-hold-down inf` never cleaned: all were accepted."""
+    usage_error(args)
+
+
+def test_sensible_numbers_still_parse() -> None:
+    group, sub = parse(
+        ["--timeout", "2.5", "serve", "--auto-cleanup-hold-down", "0", "--min-interval", "0"]
+    )
+    assert group["timeout"] == 2.5
+    assert sub["auto_cleanup_hold_down"] == 0.0 and sub["min_interval"] == 0.0
+    _, sub = parse(["serve", "--auto-cleanup-interval", "1s", "--auto-cleanup-hold-down", "24h"])
+    assert sub["auto_cleanup_interval"] == 1.0 and sub["auto_cleanup_hold_down"] == 86400.0
+    _, sub = parse(["audit", "--max-sync-age", "300"])
+    assert sub["max_sync_age"] == 300.0
+
+
+def test_the_trailing_underscore_variable_does_not_make_cleanup_apply() -> None:
+    """Row 16: click named the variable after the Python parameter (`apply_`), so
+    IPVS_LEFTOVERS_CLEANUP_APPLY_=1 made a plain `cleanup` apply and the documented
+    IPVS_LEFTOVERS_CLEANUP_APPLY did nothing."""
+    _, sub = parse(["cleanup"], {"IPVS_LEFTOVERS_CLEANUP_APPLY_": "1"})
+    assert sub["apply_"] is False
+    _, sub = parse(["cleanup"], {"IPVS_LEFTOVERS_CLEANUP_APPLY": "1"})
+    assert sub["apply_"] is True
+    _, sub = parse(["job-manifest"], {"IPVS_LEFTOVERS_JOB_MANIFEST_NODE": "n1"})
+    assert sub["node"] == "n1"
+    _, sub = parse(
+        ["audit"], {"IPVS_LEFTOVERS_AUDIT_JSON": "1", "IPVS_LEFTOVERS_AUDIT_AS_JSON": "0"}
+    )
+    assert sub["as_json"] is True
+
+
+def test_hidden_test_only_options_cannot_be_set_from_the_environment() -> None:
+    env = {
+        "IPVS_LEFTOVERS_CLEANUP_PAUSE_BEFORE_EXECUTE": "300",
+        "IPVS_LEFTOVERS_CLEANUP_PAUSE_BEFORE_EXECUTE_": "300",
+        "IPVS_LEFTOVERS_CLEANUP_STEP_DELAY": "5",
+    }
+    _, sub = parse(["cleanup"], env)
+    assert sub["pause_before_execute"] == 0.0 and sub["step_delay"] == 0.0
+    _, sub = parse(["cleanup", "--step-delay", "0.5"])  # the tests' own flag still works
+    assert sub["step_delay"] == 0.5
+
+
+def test_every_visible_option_reads_exactly_its_documented_variable() -> None:
+    """IPVS_LEFTOVERS_<OPTION> for the group's, IPVS_LEFTOVERS_<COMMAND>_<OPTION> for a
+    command's: the long name, upper case, dashes as underscores."""
+    ctx = click.Context(main)
+    commands = {"": main, **{n: main.get_command(ctx, n) for n in main.list_commands(ctx)}}
+    seen = 0
+    for name, command in commands.items():
+        assert command is not None
+        prefix = "IPVS_LEFTOVERS" + (f"_{name.upper().replace('-', '_')}" if name else "")
+        for p in command.params:
+            if not isinstance(p, click.Option):
+                continue
+            assert not p.allow_from_autoenv, p.name
+            if p.hidden or not p.expose_value:
+                assert p.envvar is None, p.name
+                continue
+            long = next(o for o in p.opts if o.startswith("--"))
+            assert p.envvar == f"{prefix}_{long[2:].upper().replace('-', '_')}", p.name
+            seen += 1
+    assert seen > 20
