@@ -328,6 +328,7 @@ def netns() -> Iterator[Callable[[], str]]:
 def test_iptables_save(iptables_seeds: list[str]) -> None:
     @FUZZ
     @given(texts(iptables_seeds))
+    @example("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j DROP\n:FORWARD ACCEPT [0:0]\nCOMMIT\n")
     def check(text: str) -> None:
         got = outcome(
             lambda: iptables_save.parse(text, "nft", "ipv4"), (iptables_save.IptablesSaveError,)
