@@ -61,6 +61,14 @@ _SCHED_FLAGS = {
 }
 
 
+def _number(text: str, most: int) -> int | None:
+    """A decimal number up to `most`, or None. Not str.isdigit alone: it is true of "²" and
+    "١", which int() refuses."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > most:
+        return None
+    return int(text)
+
+
 class Requests(NamedTuple):
     """The bodies of the NEW_SERVICE and NEW_DEST requests, in the order of the lines (a
     NamedTuple: importing dataclasses was ~0.9 s of a cold restore in the benchmark's VM)."""
@@ -79,13 +87,14 @@ def _host_port(text: str) -> tuple[int, bytes, int] | None:
     else:
         host, sep, port = text.rpartition(":")
         family = socket.AF_INET
-    if not sep or not port.isdigit() or int(port) > 0xFFFF:
+    number = _number(port, 0xFFFF) if sep else None
+    if number is None:
         return None
     try:
         raw = socket.inet_pton(family, host)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the host
         return None
-    return family, raw.ljust(16, b"\0"), int(port)
+    return family, raw.ljust(16, b"\0"), number
 
 
 def _service_key(words: list[str]) -> tuple[bytes, int, list[str]] | None:
@@ -95,12 +104,14 @@ def _service_key(words: list[str]) -> tuple[bytes, int, list[str]] | None:
         return None
     option, value, rest = words[0], words[1], words[2:]
     if option == "-f":
-        if not value.lstrip("-").isdigit():
+        # printed with %d: a mark above 2^31 reads negative
+        magnitude = _number(value[1:] if value.startswith("-") else value, 0xFFFFFFFF)
+        if magnitude is None:
             return None
         family: int = socket.AF_INET
         if rest[:1] == ["-6"]:
             family, rest = socket.AF_INET6, rest[1:]
-        mark = int(value) & 0xFFFFFFFF  # printed with %d
+        mark = int(value) & 0xFFFFFFFF
         parts = attr(SVC_AF, struct.pack("=H", family)) + attr(SVC_FWMARK, struct.pack("=I", mark))
         return parts, family, rest
     protocol = _PROTOCOL_OPTIONS.get(option)
@@ -134,14 +145,14 @@ def _service_body(words: list[str]) -> tuple[bytes, bytes] | None:
             return None
         if word == "-s":
             sched = value
-        elif word == "-p" and value.isdigit():
+        elif word == "-p" and _number(value, 0xFFFFFFFF) is not None:
             flags, timeout = flags | F_PERSISTENT, int(value)
-        elif word == "-M" and family == socket.AF_INET6 and value.isdigit():
+        elif word == "-M" and family == socket.AF_INET6 and _number(value, 128) is not None:
             netmask = struct.pack("=I", int(value))
         elif word == "-M" and family == socket.AF_INET:
             try:  # the mask travels as the address's own bytes (a be32 in a u32)
                 netmask = socket.inet_aton(value)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL in it
                 return None
         elif word == "--pe":
             pe = value
@@ -151,7 +162,8 @@ def _service_body(words: list[str]) -> tuple[bytes, bytes] | None:
         else:
             return None
         i += 2
-    if not sched:
+    # the kernel's names: ASCII, at most 15 bytes and a NUL (IP_VS_SCHEDNAME_MAXLEN, _PENAME_)
+    if not sched or any(not n.isascii() or len(n) > 15 for n in (sched, pe)):
         return None
     body = key + attr(SVC_SCHED, sched.encode() + b"\0")
     if pe:
@@ -170,8 +182,8 @@ def _dest_body(words: list[str]) -> bytes | None:
     service_port = attrs(key).get(SVC_PORT)
     if len(rest) != 5 or rest[0] != "-r" or rest[2] not in _FORWARD or rest[3] != "-w":
         return None
-    where, weight = _host_port(rest[1]), rest[4]
-    if where is None or not weight.isdigit() or int(weight) > 0xFFFF:
+    where, weight = _host_port(rest[1]), _number(rest[4], 0xFFFF)
+    if where is None or weight is None:
         return None
     family, raw, port = where
     if service_port is not None and rest[2] == "-g":
@@ -179,7 +191,7 @@ def _dest_body(words: list[str]) -> bytes | None:
         port = struct.unpack("!H", service_port)[0]
     dest = attr(DEST_ADDR, raw) + attr(DEST_PORT, struct.pack("!H", port))
     dest += attr(DEST_FWD, struct.pack("=I", _FORWARD[rest[2]]))
-    dest += attr(DEST_WEIGHT, struct.pack("=I", int(weight)))
+    dest += attr(DEST_WEIGHT, struct.pack("=I", weight))
     dest += attr(DEST_U_THRESH, struct.pack("=I", 0)) + attr(DEST_L_THRESH, struct.pack("=I", 0))
     dest += attr(DEST_FAMILY, struct.pack("=H", family))
     return attr(ATTR_SERVICE | NLA_F_NESTED, key) + attr(ATTR_DEST | NLA_F_NESTED, dest)

@@ -46,6 +46,8 @@ def parse(text: str, backend: str, family: str) -> tuple[IptTable, ...]:
             raise IptablesSaveError(f"line {lineno}: {line!r} outside a table")
         elif line.startswith(":"):
             name = line[1:].split(" ", 1)[0]
+            if name in rules:  # iptables-save never does; each copy would repeat the rules
+                raise IptablesSaveError(f"line {lineno}: chain {name} declared twice")
             order.append(name)
             rules[name] = []
         elif line.startswith("-A "):

@@ -188,11 +188,11 @@ def _body(url: str, conn: _Conn, headers: dict[bytes, bytes], limit: int) -> Ite
     seen = 0
     if b"chunked" in headers.get(b"transfer-encoding", b""):
         while True:
-            size_text = conn.line(1024).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text or b"0", 16)
-            except ValueError as exc:
-                raise Garbage(f"{url}: bad chunk size {size_text[:20]!r}") from exc
+            size_text = conn.line(1024).split(b";", 1)[0].strip() or b"0"
+            # hex digits only: int() also takes "-4" (a negative size never ends), "0x", "_"
+            if len(size_text) > 16 or size_text.strip(b"0123456789abcdefABCDEF"):
+                raise Garbage(f"{url}: bad chunk size {size_text[:20]!r}")
+            size = int(size_text, 16)
             if size == 0:
                 return
             seen += size
@@ -231,8 +231,11 @@ def parse_proxy_mode(status: int, body: bytes) -> str:
 # One sample line of the Prometheus text format: name, optional {labels}, value, optional
 # timestamp. A parser of its own: importing prometheus_client.parser cost 1.1 s of a cold
 # audit under the benchmark's VM (about 40 ms on a node) for the four series read here.
+# The spaces after a label belong to its optional comma only: with `\s*,?` there, the spaces
+# between labels could be split two ways each and a line left open backtracked exponentially
+# (a 100-byte line took 89 s; tests/fault/test_fuzz_parsers.py).
 _SAMPLE = re.compile(
-    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"\s*,?)*)\s*\})?'
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"(?:\s*,)?)*)\s*\})?'
     r"\s+(\S+)(?:\s+-?\d+)?\s*$"
 )
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"')
@@ -363,7 +366,10 @@ def parse_timestamp(text: str) -> float:
     zone = "+00:00" if zone == "Z" else zone
     if ":" not in zone:
         zone = f"{zone[:3]}:{zone[3:]}"
-    base = datetime.fromisoformat(f"{day}T{clock}{zone}").astimezone(UTC).timestamp()
+    try:  # the regexes take any digits: month 13, hour 25, year 9999 at -23:59
+        base = datetime.fromisoformat(f"{day}T{clock}{zone}").astimezone(UTC).timestamp()
+    except (ValueError, OverflowError) as exc:
+        raise Garbage(f"not a time {text[:40]!r}: {exc}") from exc
     return base + (float(f"0.{frac}") if frac else 0.0)
 
 
@@ -382,12 +388,15 @@ def parse_livez(status: int, body: bytes) -> KubeProxyHealth:
 def parse_healthz(status: int, body: bytes, path: str = "/healthz") -> KubeProxyHealth:
     try:
         doc: Any = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...
         raise Garbage(f"{path} is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or "lastUpdated" not in doc or status not in (200, 503):
         raise Garbage(f"{path} answered HTTP {status} without lastUpdated")
     families: dict[str, float | None] = {}
-    for fam, st in (doc.get("status") or {}).items():
+    status_doc = doc.get("status") or {}
+    if not isinstance(status_doc, dict):
+        raise Garbage(f"{path} has a status that is not an object")
+    for fam, st in status_doc.items():
         stamp = st.get("lastUpdated") if isinstance(st, dict) else None
         families[str(fam)] = parse_timestamp(stamp) if isinstance(stamp, str) else None
     current = doc.get("currentTime")

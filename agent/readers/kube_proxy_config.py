@@ -103,12 +103,13 @@ def parse_flags(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
 def _bool(value: object, what: str) -> bool:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    shown = _text(value, what)
+    text = shown.strip().lower()
     if text in ("true", "1", "t"):
         return True
     if text in ("false", "0", "f", ""):
         return False
-    raise ConfigError(f"{what}: {value!r} is not a boolean")
+    raise ConfigError(f"{what}: {shown[:40]!r} is not a boolean")
 
 
 def _from_flags(flags: dict[str, str], where: str) -> dict[str, Any]:
@@ -142,6 +143,9 @@ def parse_yaml(text: str) -> list[Any]:
         return list(yaml.load_all(text, Loader=_LOADER))
     except yaml.YAMLError as exc:
         raise ConfigError(f"not YAML: {_yaml_problem(exc)}") from exc
+    except (ValueError, OverflowError, RecursionError) as exc:
+        # the constructors' own errors (`a: 2024-13-45`, `!!int x`) and deep [[[[ nesting
+        raise ConfigError(f"not YAML: {type(exc).__name__}: {str(exc)[:80]}") from exc
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -159,7 +163,7 @@ def parse_config_text(text: str) -> dict[str, Any]:
     if stripped.startswith("{"):
         try:
             docs: list[Any] = [json.loads(text)]
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ConfigError(f"not JSON: {exc}") from exc
     else:
         docs = parse_yaml(text)
@@ -175,6 +179,14 @@ def parse_config_text(text: str) -> dict[str, Any]:
     return maps[0]  # no kind at all: kube-proxy would refuse it, but the fields are readable
 
 
+def _text(value: Any, what: str) -> str:
+    """A setting that is a string: a scalar as text; a list or mapping is refused, never
+    printed (YAML aliases make a 200-byte file a billion-element list)."""
+    if isinstance(value, list | dict | set):
+        raise ConfigError(f"{what} is a {type(value).__name__}, not a string")
+    return "" if value is None else str(value)
+
+
 def settings(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """The fields of a parsed KubeProxyConfiguration, with where each came from."""
     values: dict[str, Any] = {}
@@ -185,18 +197,23 @@ def settings(doc: dict[str, Any], where: str) -> dict[str, Any]:
         origins[key] = f"{path} in {where}"
 
     if "mode" in doc:
-        put("mode", "" if doc["mode"] is None else str(doc["mode"]), "mode:")
+        put("mode", _text(doc["mode"], "mode"), "mode:")
     if "nodePortAddresses" in doc:
         npa = doc["nodePortAddresses"]
         if npa is not None and not isinstance(npa, list):
             raise ConfigError(f"nodePortAddresses is {npa!r}, not a list")
-        put("node_port_addresses", tuple(str(a) for a in npa or ()), "nodePortAddresses:")
+        addresses = tuple(_text(a, "nodePortAddresses") for a in npa or ())
+        put("node_port_addresses", addresses, "nodePortAddresses:")
     if doc.get("bindAddress") is not None:
-        put("bind_address", str(doc["bindAddress"]), "bindAddress:")
+        put("bind_address", _text(doc["bindAddress"], "bindAddress"), "bindAddress:")
     ipvs = doc.get("ipvs")
     if isinstance(ipvs, dict):
         if "scheduler" in ipvs:
-            put("ipvs_scheduler", str(ipvs["scheduler"] or ""), "ipvs.scheduler:")
+            put(
+                "ipvs_scheduler",
+                _text(ipvs["scheduler"] or "", "ipvs.scheduler"),
+                "ipvs.scheduler:",
+            )
         if ipvs.get("strictARP") is not None:
             put("ipvs_strict_arp", _bool(ipvs["strictARP"], "ipvs.strictARP"), "ipvs.strictARP:")
     ipt = doc.get("iptables")

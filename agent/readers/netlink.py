@@ -68,8 +68,10 @@ def attrs(data: bytes | memoryview, offset: int = 0) -> dict[int, memoryview]:
 
 
 def nul_text(view: memoryview | None) -> str:
-    """A NUL-terminated string attribute; an absent one reads as ""."""
-    return bytes(view or b"").split(b"\0", 1)[0].decode()
+    """A NUL-terminated string attribute; an absent one reads as "". Bytes that are not UTF-8
+    (a link may be named so) read as backslash escapes: a strict decode made one such foreign
+    link fail the whole link reading, and with it every cleanup plan."""
+    return bytes(view or b"").split(b"\0", 1)[0].decode(errors="backslashreplace")
 
 
 class NetlinkError(OSError):
