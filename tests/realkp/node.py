@@ -233,8 +233,8 @@ def http_get(ns: str, url: str) -> tuple[int, str]:
 
 
 def base_flags(kubeconfig: Path, node: str, mode: str, cluster_cidr: str) -> list[str]:
-    """The flags that work for kube-proxy in a network namespace (../shared/kube-proxy/README.md):
-    no host-wide conntrack sysctls, JSON to the fake API server, loopback listeners."""
+    """The flags that work for kube-proxy in a network namespace (kube-proxy --help; conntrack
+    sysctls are host-wide): no conntrack sysctls, JSON to the fake API server, loopback listeners."""
     return [
         f"--kubeconfig={kubeconfig}",
         f"--hostname-override={node}",
