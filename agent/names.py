@@ -1,4 +1,6 @@
-"""Names kube-proxy and the kubelet use, from shared/reference/kube-proxy-state.md.
+"""Names kube-proxy and the kubelet use, from their upstream source:
+https://github.com/kubernetes/kubernetes/tree/v1.30.3/pkg/proxy (`ipvs/`, `iptables/`,
+`nftables/`); older releases: docs/older-releases.md.
 
 Each name is written once, here; the classifier and every view use these constants.
 """

@@ -37,7 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kube-proxy",
         default=None,
         help="kube-proxy binary for the real-kube-proxy tier (default: $IPVS_LEFTOVERS_KUBE_PROXY, "
-        "else ../shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz)",
+        "else v1.30.3 as scripts/build-upstream builds it)",
     )
 
 

@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server, just enough for real kube-proxy (../shared/kube-proxy/README.md).
+"""A fake Kubernetes API server, just enough for real kube-proxy (its client: k8s.io/client-go).
 
 It answers, with JSON, the calls kube-proxy v1.30 makes: `GET /api/v1/nodes/<name>`, list and
 watch of Services, EndpointSlices and Nodes (a watch is a chunked stream held open, one JSON event

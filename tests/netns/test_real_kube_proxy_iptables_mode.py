@@ -3,14 +3,12 @@ no IPVS): over a lab node's ipvs-mode leftovers, as on a node that went ipvs -> 
 nftables. What the real binary wrote must be classified with no unknown-kube and no foreign
 KUBE-* object, and cleanup must remove both modes and leave the rest byte-identical.
 
-The binary: $IPVS_LEFTOVERS_KUBE_PROXY, else ../shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz
-beside the repository (decompressed once). The API server: tests/fake_apiserver.py, the
+The binary: $IPVS_LEFTOVERS_KUBE_PROXY, else v1.30.3 as the project builds it from its Go module
+(scripts/build-upstream, run by scripts/install-deps). The API server: tests/fake_apiserver.py, the
 real-kube-proxy tier's. Either missing, the test fails: it is not skipped."""
 
 from __future__ import annotations
 
-import lzma
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,23 +20,20 @@ import pytest
 from lab import build, render
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
+from tests import upstream
 from tests.conftest import REPO, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.netns.test_cleanup import apply
 
 pytestmark = pytest.mark.netns
-XZ = REPO.parent / "shared" / "kube-proxy" / "kube-proxy-v1.30.3-linux-amd64.xz"
 
 
 def kube_proxy_binary(tmp: Path) -> str:
-    given = os.environ.get("IPVS_LEFTOVERS_KUBE_PROXY")
-    if given:
-        return given
-    assert XZ.is_file(), f"no kube-proxy: set IPVS_LEFTOVERS_KUBE_PROXY or provide {XZ}"
-    out = tmp / "kube-proxy"
-    out.write_bytes(lzma.decompress(XZ.read_bytes()))
-    out.chmod(0o755)
-    return str(out)
+    del tmp
+    try:
+        return str(upstream.kube_proxy())
+    except RuntimeError as exc:
+        pytest.fail(f"no kube-proxy: {exc}", pytrace=False)
 
 
 def run_real_kube_proxy(ns: str, tmp: Path, mode: str) -> None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from tests import upstream
 from tests.fake_apiserver import Cluster, FakeAPIServer
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_XZ = REPO.parent / "shared" / "kube-proxy" / "kube-proxy-v1.30.3-linux-amd64.xz"
 LISTEN_PORT = 8080  # the local endpoints' listener, on every address of the namespace
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 T = TypeVar("T")
@@ -39,22 +39,10 @@ def sh(args: list[str], stdin: str | None = None, check: bool = True) -> str:
 
 
 def kube_proxy_binary(option: str | None, workdir: Path) -> Path:
-    """The binary to test: the option, $IPVS_LEFTOVERS_KUBE_PROXY, else the shared v1.30.3."""
-    given = option or os.environ.get("IPVS_LEFTOVERS_KUBE_PROXY")
-    if given:
-        path = Path(given)
-        if not os.access(path, os.X_OK):
-            raise RuntimeError(f"kube-proxy binary {path} is not executable")
-        return path
-    if not DEFAULT_XZ.exists():
-        raise RuntimeError(f"no kube-proxy: set IPVS_LEFTOVERS_KUBE_PROXY or provide {DEFAULT_XZ}")
-    out = workdir / "kube-proxy"
-    if not out.exists():
-        with open(out.with_suffix(".tmp"), "wb") as f:
-            subprocess.run(["xz", "-dc", str(DEFAULT_XZ)], stdout=f, check=True)
-        out.with_suffix(".tmp").chmod(0o755)
-        out.with_suffix(".tmp").rename(out)
-    return out
+    """The binary to test: the option, $IPVS_LEFTOVERS_KUBE_PROXY, else the project-built v1.30.3
+    (scripts/build-upstream; tests/upstream.py). `workdir` is unused, kept for the callers."""
+    del workdir
+    return upstream.kube_proxy(option)
 
 
 def tool_dir(backend: str, workdir: Path) -> Path:
@@ -245,8 +233,8 @@ def http_get(ns: str, url: str) -> tuple[int, str]:
 
 
 def base_flags(kubeconfig: Path, node: str, mode: str, cluster_cidr: str) -> list[str]:
-    """The flags that work for kube-proxy in a network namespace (../shared/kube-proxy/README.md):
-    no host-wide conntrack sysctls, JSON to the fake API server, loopback listeners."""
+    """The flags that work for kube-proxy in a network namespace (kube-proxy --help; conntrack
+    sysctls are host-wide): no conntrack sysctls, JSON to the fake API server, loopback listeners."""
     return [
         f"--kubeconfig={kubeconfig}",
         f"--hostname-override={node}",
