@@ -110,6 +110,7 @@ class Size:
     dual: bool
     backend: str
     iptables_mode: bool
+    phases: tuple[int, int, int]  # the plan's iptables-table, destroy-ipset, reset-sysctl steps
     # Services in nftables mode's own table (None: all). That table is not the cleanup's and
     # listing it whole at 1,000 Services took 2 s of every comparison of the node's state.
     nft_services: int | None = None
@@ -121,9 +122,9 @@ class Size:
 
 
 SIZES = {
-    20: Size(20, True, "nft", True),
-    200: Size(200, False, "legacy", True),
-    1000: Size(1000, True, "nft", False, nft_services=20),
+    20: Size(20, True, "nft", True, (6, 38, 2)),
+    200: Size(200, False, "legacy", True, (3, 19, 2)),
+    1000: Size(1000, True, "nft", False, (4, 38, 2), nft_services=20),
 }
 
 State = dict[str, list[str]]
@@ -201,6 +202,13 @@ class Nodes:
         kp.__enter__()
         self._kp[ns] = kp
         node = LabNode(size, ns, state(ns), _plan(ns))
+        # the phases CASES' kill points were chosen for
+        phases = [a for a, _ in node.steps]
+        assert phases == (
+            ["iptables-table"] * size.phases[0]
+            + ["destroy-ipset"] * size.phases[1]
+            + ["reset-sysctl"] * size.phases[2]
+        ), phases
         assert sysctls(ns) == {ARP[0]: "1", ARP[1]: "2"}
         self._nodes[n] = node
         node.dirty = True
