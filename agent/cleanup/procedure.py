@@ -41,6 +41,10 @@ class Settings:
     pause_before_execute: float = 0.0  # hidden test hook: a window between backup and re-check
     step_delay: float = 0.0  # hidden test hook: a window between steps
     tool_timeout: float = tools.DEFAULT_TIMEOUT  # per netfilter tool run (backup, restore)
+    # hidden test hook: SIGKILL this process right after the k-th step's outcome (with a step
+    # delay, so each step runs alone): a kill exactly at a step boundary, however loaded the
+    # machine that runs the test is
+    kill_after_step: int = 0
 
 
 @dataclass
@@ -134,9 +138,21 @@ def _locked(
             "again (nothing was changed)"
         )
 
+    reported = 0
+
     def report(o: Outcome) -> None:
+        nonlocal reported
         detail = f": {o.detail}" if o.detail else ""
         say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
+        reported += 1
+        if reported == settings.kill_after_step:
+            import os
+            import signal
+
+            flush = getattr(say, "flush", None)
+            if flush is not None:
+                flush()
+            os.kill(os.getpid(), signal.SIGKILL)
 
     started = time.monotonic()
     outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 @TOOL_TIMEOUT
 @click.option("--pause-before-execute", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
 @click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
+@click.option("--kill-after-step", type=click.IntRange(min=0), default=0, hidden=True)
 @click.pass_context
 def cleanup(
     ctx: click.Context,
@@ -39,6 +40,7 @@ def cleanup(
     tool_timeout: float,
     pause_before_execute: float,
     step_delay: float,
+    kill_after_step: int,
 ) -> None:
     """Remove exactly what ipvs mode left, only once nftables mode is confirmed (SPEC §5).
 
@@ -63,6 +65,7 @@ def cleanup(
         pause_before_execute,
         step_delay,
         tool_timeout,
+        kill_after_step,
     )
 
     def collect() -> Collection:

@@ -12,11 +12,10 @@ Kill points, found deterministically:
   (today: after plan.json and the set dump are written, then after the first family's files)
   blocks until killed (a shim first on PATH counts the runs; the reading's are counted first);
 - after the backup, before the re-check: the `--pause-before-execute` hook's stderr line;
-- after step k: each step prints its outcome line, and with `--step-delay` every step runs
-  alone and the lines are flushed as they come (the delay and the pause exceed BatchedLines'
-  0.25 s); the process is killed during the delay after line k. The node is then checked to
-  hold exactly the effect of steps 1..k, so a late kill fails the test instead of passing
-  silently.
+- after step k: with `--step-delay` every step runs alone, and the hidden `--kill-after-step k`
+  makes the cleanup SIGKILL itself right after step k's line (a kill sent by the test on
+  reading the line landed a step or two late on a loaded machine). The node is then checked
+  to hold exactly the effect of steps 1..k.
 
 After each kill: nothing not owned changed, everything removed is in the bundle the killed run
 wrote, a folder that is not a complete bundle is refused by `restore` with nothing changed,
@@ -53,8 +52,7 @@ from tests.dumps import _kube_proxy_chain, dump, minus_leftovers
 pytestmark = [pytest.mark.fault, pytest.mark.netns]
 
 # Both above BatchedLines' 0.25 s: every outcome line is flushed when written (tests above).
-STEP_DELAY = 0.3
-PAUSE = 0.3
+STEP_DELAY = 0.05
 ARP = ("net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce")
 SAVE_TOOLS = {
     ("nft", "ipv4"): "iptables-nft-save",
@@ -532,6 +530,16 @@ def after_line(k: int) -> Callable[[subprocess.Popen[str]], bool]:
     return point
 
 
+def self_killed_after_line(k: int) -> Callable[[subprocess.Popen[str]], bool]:
+    """The run's k-th step line came, and then the run died of SIGKILL."""
+    seen = after_line(k)
+
+    def point(proc: subprocess.Popen[str]) -> bool:
+        return seen(proc) and proc.wait(timeout=60) == -signal.SIGKILL
+
+    return point
+
+
 def at_recheck(proc: subprocess.Popen[str]) -> bool:
     assert proc.stderr is not None
     return any(line.strip() == "re-checking the gate" for line in proc.stderr)
@@ -582,8 +590,11 @@ def test_killed_cleanup(nodes: Nodes, tmp_path: Path, n: int, point: str | int) 
     extra: tuple[str, ...] = ()
     if isinstance(point, int):
         assert 1 <= point <= len(node.steps), node.steps
-        extra = ("--pause-before-execute", str(PAUSE), "--step-delay", str(STEP_DELAY))
-        how = after_line(point)
+        # the cleanup kills itself with SIGKILL right after step k's line: exactly at the
+        # boundary, where a kill sent on reading the line could land a step or two late on a
+        # loaded machine
+        extra = ("--step-delay", str(STEP_DELAY), "--kill-after-step", str(point))
+        how = self_killed_after_line(point)
     elif point == "recheck":
         extra = ("--pause-before-execute", "60")
         how = at_recheck
