@@ -86,7 +86,12 @@ def run(
             given = None  # communicate() keeps sending what it was given first
             if time.monotonic() - started >= timeout:
                 proc.kill()
-                proc.communicate()
+                # wait(), not communicate(): a child the tool left behind (a shell's) keeps
+                # the pipes open, and reading them to the end waited for it past the deadline.
+                proc.wait()
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
                 raise ToolError(f"{args[0]} did not finish within {timeout:g}s") from None
             if progress:
                 progress(time.monotonic() - started)
