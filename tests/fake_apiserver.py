@@ -13,6 +13,7 @@ real-kube-proxy tier.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import select
 import socket
@@ -396,18 +397,37 @@ class _Handler(BaseHTTPRequestHandler):
         resource, kind, api_version = RESOURCES[url.path]
         if query.get("watch", ["false"])[0] not in ("true", "1"):
             return self._json(200, self.list_doc(resource, kind, api_version))
+        if query.get("sendInitialEvents", ["false"])[0] == "true":
+            # client-go's streaming list (WatchListClient, on in kube-proxy >= 1.35): the
+            # current objects as ADDED, then a BOOKMARK marking the end of the initial events;
+            # without it the informer never syncs.
+            doc = self.list_doc(resource, kind, api_version)
+            rv = doc["metadata"]["resourceVersion"]
+            bookmark = {
+                "kind": kind.removesuffix("List"),
+                "apiVersion": api_version,
+                "metadata": {
+                    "resourceVersion": rv,
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                },
+            }
+            initial = [{"type": "ADDED", "object": o} for o in doc["items"]]
+            initial.append({"type": "BOOKMARK", "object": bookmark})
+            return self._stream(resource, int(rv), initial)
         self._stream(resource, int(query.get("resourceVersion", ["0"])[0] or 0))
 
     def list_doc(self, resource: str, kind: str, api_version: str) -> dict[str, Any]:
         return self.api.list_doc(resource, kind, api_version)
 
-    def _stream(self, resource: str, since: int) -> None:
+    def _stream(
+        self, resource: str, since: int, initial: list[dict[str, Any]] | None = None
+    ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for event in self.api.watch(resource, since):
+            for event in itertools.chain(initial or (), self.api.watch(resource, since)):
                 if event is None:
                     if self._client_gone():
                         break
