@@ -231,9 +231,10 @@ NFTABLES_MODE_TABLES = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
 # The chains the gate requires in such a table (SPEC §5): an empty `ip kube-proxy` table, or
 # one someone else made, satisfied it (issue 23). kube-proxy's setupNFTables creates them with
 # the table, in one transaction, on every sync, in every release from 1.29 to 1.37
-# (pkg/proxy/nftables/proxier.go: servicesChain, masqueradingChain, markMasqChain). The base
-# chains are not among them: 1.34 renamed filter-prerouting/filter-output's pre-DNAT chains.
-NFTABLES_MODE_CHAINS = ("services", "masquerading", "mark-for-masquerade")
+# (pkg/proxy/nftables/proxier.go: servicesChain, masqueradingChain). Not mark-for-masquerade:
+# 1.36 inlined it into masquerading (real v1.37.2, tests/data/kube-proxy-v1.37.2/README.md).
+# Nor the base chains: 1.34 renamed filter-prerouting/filter-output's pre-DNAT chains.
+NFTABLES_MODE_CHAINS = ("services", "masquerading")
 # Tables iptables-nft creates; their chains are read (and classified) as iptables chains.
 IPTABLES_NFT_TABLES = frozenset(
     (fam, t) for fam in ("ip", "ip6") for t in ("nat", "filter", "mangle", "raw", "security")

@@ -58,13 +58,9 @@ def _iptables(step: Step, timeout: float) -> Outcome:
     assert ch is not None
     tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
     # One transaction per table: all or nothing, under the xtables lock.
-    text = ch.restore_text()
-    # The deadline follows the text: a slow tool must not leave a cleanup half-applied.
-    tools.run(
-        [tool, "-w", XTABLES_WAIT, "--noflush"],
-        stdin=text,
-        timeout=tools.deadline_for(text, timeout),
-    )
+    # Given up only when it stops taking its input (tools.load): a slow tool must not leave a
+    # cleanup half-applied.
+    tools.load([tool, "-w", XTABLES_WAIT, "--noflush"], ch.restore_text(), timeout)
     return Outcome(step, "done")
 
 

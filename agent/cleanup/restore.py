@@ -68,6 +68,17 @@ class RestoreFailed(Exception):
     code = exitcodes.ERROR
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (a Job's deadline, `kubectl delete`) while restore ran: undone like a failure."""
+
+    def __str__(self) -> str:
+        return "interrupted by SIGTERM"
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Interrupted()
+
+
 class _Undo:
     """The inverse of each change made so far, run newest first."""
 
@@ -146,11 +157,12 @@ def _sets(todo: tuple[SetRestore, ...], undo: _Undo, timeout: float, say: Say) -
 
     # Registered first: a killed or failed `ipset restore` may have made some of them.
     undo.add(f"{len(names)} ipsets", destroy)
-    tools.run(
+    lines = text.count("\n")
+    tools.load(
         ["ipset", "restore"],
-        stdin=text,
-        timeout=tools.deadline_for(text, timeout),
-        progress=lambda s: say(f"  ipset restore: {text.count(chr(10))} lines, {s:.0f}s"),
+        text,
+        timeout,
+        lambda s, fed: say(f"  ipset restore: {fed:.0%} of {lines} lines taken, {s:.0f}s"),
     )
 
 
@@ -281,14 +293,14 @@ def _iptables(
     tool = f"{_iptables_tool(t.backend, t.family)}-restore"
 
     def revert() -> None:
-        tools.run([tool, "-w", XTABLES_WAIT, "--noflush"], stdin=inverse, timeout=timeout)
+        tools.load([tool, "-w", XTABLES_WAIT, "--noflush"], inverse, timeout)
 
     # One transaction per table: all or nothing, so the inverse is registered once it is in.
-    tools.run(
+    tools.load(
         [tool, "-w", XTABLES_WAIT, "--noflush"],
-        stdin=forward,
-        timeout=tools.deadline_for(forward, timeout),
-        progress=lambda s: say(f"  {tool}: {s:.0f}s"),
+        forward,
+        timeout,
+        lambda s, fed: say(f"  {tool}: {fed:.0%} of its input taken, {s:.0f}s"),
     )
     undo.add(f"iptables {t.backend} {t.family} {t.table}", revert)
     return changes
@@ -406,6 +418,9 @@ def restore(
             if line.startswith("restored "):
                 time.sleep(step_delay)
 
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with lock.exclusive(lock_file) as held:
             if not held:
@@ -413,7 +428,7 @@ def restore(
             undo = _Undo()
             try:
                 return _apply(plan, undo, timeout, say)
-            except Exception as exc:
+            except (Exception, KeyboardInterrupt) as exc:  # an operator's ^C or SIGTERM too
                 if not undo.steps:
                     raise RestoreFailed(f"{exc}; nothing was changed") from exc
                 say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")

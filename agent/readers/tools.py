@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import selectors
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,11 +19,15 @@ PACKAGES = {
 
 
 DEFAULT_TIMEOUT = 60.0  # seconds a tool may run; `cleanup --tool-timeout` overrides it
-# What a tool that loads text (iptables-restore, ipset restore) may take per line on top of
-# that: ipset restore took >60 s for a 10,000-Service bundle in the benchmark's emulated VM
-# (~3.5 ms a line), so a fixed deadline abandoned a restore half-way (docs/bundle.md).
+# A tool that loads text (iptables-restore, ipset restore) is given up only when it stops
+# making progress (`load`): a fixed deadline abandoned a 10,000-Service restore half-way, and
+# 20 ms a line was not enough either (ipset restore took over 485 s for 21,271 lines in the
+# benchmark's emulated VM on a loaded host; docs/bundle.md). Once all its input is taken, it
+# may take `timeout` plus this much per line to apply it and exit.
 SECONDS_PER_LINE = 0.02
 PROGRESS_EVERY = 5.0
+_OUTPUT_CAP = 1 << 20
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, named in the module only from Python 3.10 on Linux
 # The tools run with the C locale and nothing else from the agent's environment but this:
 # XTABLES_LOCKFILE points iptables' lock at the host's /run/xtables.lock from a pod that sees
 # the host under another path (`kubectl debug node/...`, docs/operations.md).
@@ -51,19 +58,100 @@ def which(tool: str) -> str:
     raise ToolError(f"{tool} not found (install the {package} package)")
 
 
-def deadline_for(text: str, base: float = DEFAULT_TIMEOUT) -> float:
-    """A loading tool's deadline: `base` plus an allowance per line it is given."""
-    return base + SECONDS_PER_LINE * text.count("\n")
-
-
-def run(
+def load(
     args: list[str],
-    stdin: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: Callable[[float], None] | None = None,
+    text: str,
+    stall: float = DEFAULT_TIMEOUT,
+    progress: Callable[[float, float], None] | None = None,
 ) -> str:
-    """Run a tool with the C locale; its stdout, or ToolError with its stderr. `progress` is
-    called with the seconds elapsed every PROGRESS_EVERY seconds while the tool runs."""
+    """Run a tool that loads `text` from its standard input; its stdout, or ToolError.
+
+    The deadline follows the work: the tool is given up when it has taken none of its input for
+    `stall` seconds, or when it has not exited `stall` seconds plus SECONDS_PER_LINE a line
+    after taking the last of it (it is then applying what it read). `progress` is called with
+    the seconds elapsed and the share of the input taken, every PROGRESS_EVERY seconds."""
+    data = text.encode()
+    after_input = stall + SECONDS_PER_LINE * text.count("\n")
+    cmd = [which(args[0]), *args[1:]]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(),
+    )
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    if stdin is None or stdout is None or stderr is None:  # PIPE makes all three
+        proc.kill()
+        raise ToolError(f"{args[0]}: no pipes to it")
+    out, err = bytearray(), bytearray()
+    sel = selectors.DefaultSelector()
+    with contextlib.suppress(OSError):  # a one-page pipe: what the tool takes shows at once
+        fcntl.fcntl(stdin.fileno(), F_SETPIPE_SZ, 4096)
+    os.set_blocking(stdin.fileno(), False)
+    sel.register(stdin, selectors.EVENT_WRITE)
+    sel.register(stdout, selectors.EVENT_READ, out)
+    sel.register(stderr, selectors.EVENT_READ, err)
+    pos = 0
+    started = last = time.monotonic()
+    report = started + PROGRESS_EVERY
+
+    def close_input() -> None:
+        nonlocal last
+        sel.unregister(stdin)
+        stdin.close()
+        last = time.monotonic()
+
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            fed = pos >= len(data)
+            allowed = last + (after_input if fed else stall)
+            if now >= allowed:
+                taken = f"took {pos} of {len(data)} bytes of input"
+                why = f"applied nothing more for {after_input:g}s" if fed else "stalled"
+                raise ToolError(f"{args[0]} {why}: it {taken}, then nothing for {now - last:.0f}s")
+            for key, _ in sel.select(timeout=min(1.0, allowed - now)):
+                if key.fileobj is stdin:
+                    try:
+                        n = os.write(key.fd, data[pos : pos + 65536])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:  # it exited early: its exit code says why
+                        close_input()
+                        continue
+                    pos += n
+                    last = time.monotonic()
+                    if pos >= len(data):
+                        close_input()
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif len(key.data) < _OUTPUT_CAP:
+                    key.data.extend(chunk)
+            if progress and time.monotonic() >= report:
+                report += PROGRESS_EVERY
+                progress(time.monotonic() - started, pos / max(1, len(data)))
+        code = proc.wait(timeout=max(0.1, last + after_input - time.monotonic()))
+    except BaseException as exc:
+        proc.kill()
+        proc.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise ToolError(f"{args[0]} did not exit after its output ended") from None
+        raise
+    finally:
+        sel.close()
+        for pipe in (stdin, stdout, stderr):
+            pipe.close()
+    if code != 0:
+        message = err.decode(errors="replace").strip()[:300]
+        raise ToolError(f"{args[0]} exited {code}: {message}")
+    return out.decode(errors="replace")
+
+
+def run(args: list[str], stdin: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> str:
+    """Run a tool with the C locale; its stdout, or ToolError with its stderr."""
     cmd = [which(args[0]), *args[1:]]
     proc = subprocess.Popen(
         cmd,
@@ -73,28 +161,17 @@ def run(
         text=True,
         env=environment(),
     )
-    started = time.monotonic()
-    given: str | None = stdin
-    while True:
-        left = timeout - (time.monotonic() - started)
-        try:
-            out, err = proc.communicate(
-                given, timeout=max(0.0, min(left, PROGRESS_EVERY if progress else left))
-            )
-            break
-        except subprocess.TimeoutExpired:
-            given = None  # communicate() keeps sending what it was given first
-            if time.monotonic() - started >= timeout:
-                proc.kill()
-                # wait(), not communicate(): a child the tool left behind (a shell's) keeps
-                # the pipes open, and reading them to the end waited for it past the deadline.
-                proc.wait()
-                for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        pipe.close()
-                raise ToolError(f"{args[0]} did not finish within {timeout:g}s") from None
-            if progress:
-                progress(time.monotonic() - started)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        # wait(), not communicate(): a child the tool left behind (a shell's) keeps the pipes
+        # open, and reading them to the end waited for it past the deadline.
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise ToolError(f"{args[0]} did not finish within {timeout:g}s") from None
     if proc.returncode != 0:
         raise ToolError(f"{args[0]} exited {proc.returncode}: {err.strip()[:300]}")
     return out

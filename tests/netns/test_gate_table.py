@@ -34,7 +34,7 @@ def test_an_empty_kube_proxy_table_does_not_confirm_nftables_mode(
         "--apply would be refused: nftables mode is not confirmed (nftables table ip "
         in plan.stdout
     )
-    assert "lacks kube-proxy's chains services, masquerading, mark-for-masquerade" in plan.stdout
+    assert "lacks kube-proxy's chains services, masquerading" in plan.stdout
 
 
 def test_kube_proxys_own_table_still_confirms_it(netns: Callable[[], str], tmp_path: Path) -> None:

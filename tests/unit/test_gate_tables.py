@@ -19,15 +19,14 @@ def test_an_empty_kube_proxy_table_does_not_satisfy_the_gate() -> None:
     mode = _mode(NftTable("ip", "kube-proxy"))
     assert not mode.nftables_confirmed
     assert mode.failed == (
-        "nftables table ip kube-proxy lacks kube-proxy's chains services, masquerading, "
-        "mark-for-masquerade (IPv4)",
+        "nftables table ip kube-proxy lacks kube-proxy's chains services, masquerading (IPv4)",
     )
 
 
 def test_a_table_with_some_of_the_chains_does_not_either() -> None:
     mode = _mode(NftTable("ip", "kube-proxy", 1, kube_proxy_chains=("services",)))
     assert not mode.nftables_confirmed
-    assert "lacks kube-proxy's chains masquerading, mark-for-masquerade (IPv4)" in mode.failed[0]
+    assert "lacks kube-proxy's chains masquerading (IPv4)" in mode.failed[0]
 
 
 def test_kube_proxys_own_table_satisfies_it_in_each_active_family() -> None:
@@ -45,6 +44,7 @@ def test_kube_proxys_own_table_satisfies_it_in_each_active_family() -> None:
 
 def test_the_required_chains_are_regular_chains_every_release_makes() -> None:
     """1.29-1.37 all create these with the table (setupNFTables); base chains were renamed in
-    1.34 (filter-prerouting -> filter-prerouting-pre-dnat) and are not required."""
-    assert set(NFTABLES_MODE_CHAINS) == {"services", "masquerading", "mark-for-masquerade"}
+    1.34 (filter-prerouting -> filter-prerouting-pre-dnat) and mark-for-masquerade is gone
+    from 1.36 (inlined into masquerading): neither is required."""
+    assert set(NFTABLES_MODE_CHAINS) == {"services", "masquerading"}
     assert not any(c.startswith(("filter-", "nat-")) for c in NFTABLES_MODE_CHAINS)
