@@ -22,14 +22,15 @@ def _tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, script: st
 def test_a_slow_tool_that_keeps_reading_finishes_past_the_stall_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 400 lines of 100 bytes, one every 0.01 s or more: 4 s in all, against a 1 s stall
-    # allowance; the tool's progress shows in what it takes of its input
+    # 600 lines of 100 bytes, one every 0.01 s or more: 6 s in all, against a 3 s stall
+    # allowance (a one-page pipe holds 40 lines: 3 s for them leaves room for a loaded
+    # machine); the tool's progress shows in what it takes of its input
     _tool(tmp_path, monkeypatch, "slow", 'while read -r l; do sleep 0.01; echo "$l"; done')
-    text = "".join(f"{i:099d}\n" for i in range(400))
+    text = "".join(f"{i:099d}\n" for i in range(600))
     seen: list[float] = []
     started = time.monotonic()
-    out = tools.load(["slow"], text, stall=1.0, progress=lambda s, fed: seen.append(fed))
-    assert out == text and time.monotonic() - started > 2.5
+    out = tools.load(["slow"], text, stall=3.0, progress=lambda s, fed: seen.append(fed))
+    assert out == text and time.monotonic() - started > 5
     assert seen and all(0 < fed <= 1 for fed in seen)  # reported while it ran
 
 
