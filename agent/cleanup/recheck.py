@@ -110,19 +110,7 @@ def set_change(saved: str, now: str) -> str | None:
     the same listing made now."""
     if now == saved:  # the usual case, without parsing 10,000 lines twice
         return None
-    before, current = _by_set(saved), _by_set(now)
-    for name, (create, members) in before.items():
-        if name not in current:
-            return f"set {name}: gone"
-        create_now, members_now = current[name]
-        if create_now != create:
-            return f"set {name}: was {_quote(create)}, now {_quote(create_now)}"
-        if members_now != members:
-            return f"set {name}: {_difference('members', members, members_now)}"
-    for name in current:
-        if name not in before:
-            return f"set {name}: not in the backup"
-    return None
+    return _first_change("set", "members", _by_set(saved), _by_set(now))
 
 
 def _by_service(text: str) -> dict[str, tuple[str, list[str]]]:
@@ -146,18 +134,27 @@ def ipvs_change(saved: str, now: str) -> str | None:
     `ipvsadm.rules` and the same listing made now."""
     if now == saved or sorted(now.splitlines()) == sorted(saved.splitlines()):
         return None
-    before, current = _by_service(saved), _by_service(now)
-    for name, (head, dests) in before.items():
+    return _first_change("virtual server", "real servers", _by_service(saved), _by_service(now))
+
+
+def _first_change(
+    kind: str,
+    parts: str,
+    before: dict[str, tuple[str, list[str]]],
+    current: dict[str, tuple[str, list[str]]],
+) -> str | None:
+    """The first object whose head line or sorted part lines differ between two listings."""
+    for name, (head, lines) in before.items():
         if name not in current:
-            return f"virtual server {name}: gone"
-        head_now, dests_now = current[name]
+            return f"{kind} {name}: gone"
+        head_now, lines_now = current[name]
         if head_now != head:
-            return f"virtual server {name}: was {_quote(head)}, now {_quote(head_now)}"
-        if dests_now != dests:
-            return f"virtual server {name}: {_difference('real servers', dests, dests_now)}"
+            return f"{kind} {name}: was {_quote(head)}, now {_quote(head_now)}"
+        if lines_now != lines:
+            return f"{kind} {name}: {_difference(parts, lines, lines_now)}"
     for name in current:
         if name not in before:
-            return f"virtual server {name}: not in the backup"
+            return f"{kind} {name}: not in the backup"
     return None
 
 

@@ -255,34 +255,30 @@ def test_kept_mark_masq_keeps_its_masquerade_when_nftables_mode_uses_another_mar
         )
 
 
-def kill_cleanup_after(ns: str, tmp: Path, steps_done: int) -> None:
-    """`cleanup --apply` (one step at a time, 2 s apart) killed with SIGKILL once it has
-    reported `steps_done` steps done; its bundle under tmp/backups, its lock tmp/cleanup.lock."""
-    cmd = [
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        AGENT,
-        "cleanup",
-        "--apply",
-        "--backup-dir",
-        str(tmp / "backups"),
-        "--lock-file",
-        str(tmp / "cleanup.lock"),
-        "--step-delay",
-        "2",
-    ]
+def kill_after_lines(ns: str, args: list[str], prefix: str, k: int) -> int:
+    """The agent with `args` in `ns`, killed with SIGKILL once it has printed `k` lines starting
+    with `prefix` (run it with a step delay, so that the kill lands between two steps); how
+    many such lines it printed (fewer than k: it finished first)."""
+    cmd = ["ip", "netns", "exec", ns, AGENT, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    done = 0
+    seen = 0
     for line in proc.stdout:
-        done += line.startswith("done ")
-        if done == steps_done:
+        seen += line.startswith(prefix)
+        if seen == k:
             proc.send_signal(signal.SIGKILL)
             break
     proc.wait()
     time.sleep(0.2)
+    return seen
+
+
+def kill_cleanup_after(ns: str, tmp: Path, steps_done: int) -> None:
+    """`cleanup --apply` (one step at a time, 2 s apart) killed after `steps_done` steps; its
+    bundle under tmp/backups, its lock tmp/cleanup.lock."""
+    args = ["cleanup", "--apply", "--backup-dir", str(tmp / "backups")]
+    args += ["--lock-file", str(tmp / "cleanup.lock"), "--step-delay", "2"]
+    assert kill_after_lines(ns, args, "done ", steps_done) == steps_done
 
 
 def test_an_interrupted_run_is_completed_by_the_next(

@@ -10,8 +10,6 @@ import fcntl
 import hashlib
 import json
 import os
-import signal
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from lab import build
-from tests.conftest import AGENT, run_agent
+from tests.conftest import run_agent
 from tests.dumps import dump, minus_leftovers
-from tests.netns.test_cleanup import apply, kill_cleanup_after, node
+from tests.netns.test_cleanup import apply, kill_after_lines, kill_cleanup_after, node
 
 pytestmark = pytest.mark.netns
 
@@ -401,31 +399,9 @@ def test_malformed_json_and_extra_files_are_one_line(
 
 
 def _kill_restore_after(c: Cleaned, steps: int) -> int:
-    """restore (2 s between steps) killed with SIGKILL after `steps` "restored" lines; how many
-    it printed in all (fewer than asked: it finished first)."""
-    cmd = [
-        "ip",
-        "netns",
-        "exec",
-        c.ns,
-        AGENT,
-        "restore",
-        "--lock-file",
-        str(c.tmp / "cleanup.lock"),
-        "--step-delay",
-        "2",
-        str(c.bundle),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    seen = 0
-    for line in proc.stdout:
-        seen += line.startswith("restored ")
-        if seen == steps:
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait()
-    return seen
+    """restore (2 s between steps) killed with SIGKILL after `steps` "restored" lines."""
+    args = ["restore", "--lock-file", str(c.tmp / "cleanup.lock"), "--step-delay", "2"]
+    return kill_after_lines(c.ns, [*args, str(c.bundle)], "restored ", steps)
 
 
 @pytest.mark.parametrize("size", [12, 40])
