@@ -20,7 +20,9 @@ from pathlib import Path
 
 from agent import exitcodes
 from agent.cleanup import bundle, ipvsadm_rules, lock, restore_check
+from agent.cleanup.backup import SAVE_TOOL
 from agent.cleanup.bundle import BundleError
+from agent.cleanup.executor import XTABLES_WAIT
 from agent.cleanup.restore_check import (
     IpvsRestore,
     LinkRestore,
@@ -45,7 +47,6 @@ from agent.readers.netlink import (
 
 __all__ = ["BundleError", "Busy", "RestoreFailed", "restore"]
 
-XTABLES_WAIT = "30"
 RTM_NEWLINK, RTM_NEWADDR, RTM_DELADDR = 16, 20, 21
 NLM_F_CREATE = 0x400
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
@@ -107,17 +108,13 @@ def _existing_sets() -> set[str]:
         return {nul_text(attrs(p, 4).get(SETNAME)) for p in nl.list(header_only=True)}
 
 
-def _iptables_tool(backend: str, family: str) -> str:
-    return f"{'ip6tables' if family == 'ipv6' else 'iptables'}-{backend}"
-
-
 def _existing_tables(
     wanted: tuple[TableRestore, ...], timeout: float
 ) -> dict[tuple[str, str, str], dict[str, list[str]]]:
     """Each wanted table's chains and their rules as the node has them now."""
     out: dict[tuple[str, str, str], dict[str, list[str]]] = {}
     for backend, family in sorted({(t.backend, t.family) for t in wanted}):
-        text = tools.run([f"{_iptables_tool(backend, family)}-save"], timeout=timeout)
+        text = tools.run([f"{SAVE_TOOL[(backend, family)]}-save"], timeout=timeout)
         for t in iptables_save.parse(text, backend, family):
             out[(backend, family, t.name)] = {c.name: [r.text for r in c.rules] for c in t.chains}
     return out
@@ -290,7 +287,7 @@ def _iptables(
     if texts is None:
         return 0
     forward, inverse, changes = texts
-    tool = f"{_iptables_tool(t.backend, t.family)}-restore"
+    tool = f"{SAVE_TOOL[(t.backend, t.family)]}-restore"
 
     def revert() -> None:
         tools.load([tool, "-w", XTABLES_WAIT, "--noflush"], inverse, timeout)
