@@ -35,7 +35,7 @@ LABEL org.opencontainers.image.title="ipvs-leftovers" \
 
 # The tools the agent runs as subprocesses: iptables-{legacy,nft}-save/-restore and their
 # ip6tables twins (reading, and the cleanup's one transaction per table), and for the backup
-# bundle and `restore` (SPEC §5) `ipvsadm -S -n` / `ipvsadm -R` and `ipset save` / `restore`.
+# bundle and `restore` (docs/contract.md#cleanup) `ipvsadm -S -n` / `ipvsadm -R` and `ipset save` / `restore`.
 # Reads and deletions of IPVS, sets and links are netlink from Python.
 # Pinned to bookworm's versions: a Debian point release that replaces one fails the build loudly.
 RUN apt-get update \

@@ -1,4 +1,5 @@
-"""The classifier: every object of a snapshot into exactly one owner class (SPEC §4).
+"""The classifier: every object of a snapshot into exactly one owner class
+(docs/contract.md#ownership).
 
 Pure functions over plain data: no I/O, no clock (the caller passes `now`). This module is the
 only place ownership is decided; the report, the metrics and the cleanup plan only read its
@@ -32,7 +33,8 @@ class Owner(StrEnum):
     KUBELET = "kubelet"
     FOREIGN = "foreign"
     UNKNOWN_KUBE = "unknown-kube"
-    # created by kube-proxy's iptables mode on a node that ran it before or between (SPEC §4)
+    # created by kube-proxy's iptables mode on a node that ran it before or between
+    # (docs/contract.md#ownership)
     IPTABLES_LEFTOVER = "iptables-leftover"
 
 
@@ -66,12 +68,13 @@ class RuleRef:
 
 @dataclass(frozen=True)
 class Mode:
-    """Which proxy mode kube-proxy runs, and whether the SPEC §5 gate confirms nftables."""
+    """Which proxy mode kube-proxy runs, and whether the gate confirms nftables mode
+    (docs/contract.md#the-cleanup-gate)."""
 
     detected: str  # ipvs | iptables | nftables | unknown
     nftables_confirmed: bool
     evidence: tuple[str, ...]  # what was seen
-    failed: tuple[str, ...] = ()  # the SPEC §5 conditions that did not hold
+    failed: tuple[str, ...] = ()  # the gate's conditions that did not hold
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ class Classification:
 
     @property
     def removable(self) -> list[Finding]:
-        """What cleanup removes: kube-proxy's objects of both modes it left (SPEC §4, §5)."""
+        """What cleanup removes: kube-proxy's objects of both modes it left
+        (docs/contract.md#ownership)."""
         return [f for f in self.findings if f.owner in KUBE_PROXY_CLASSES]
 
 
@@ -142,7 +146,7 @@ class IpvsEvidence:
         )
 
     def sets_needed(self, svc: IpvsService) -> frozenset[str]:
-        """The sets whose members can name `svc`'s address and port (SPEC §4)."""
+        """The sets whose members can name `svc`'s address and port (docs/contract.md#ownership)."""
         if svc.address is None or (svc.protocol, svc.address, svc.port) == names.PROBE_SERVICE:
             return frozenset()  # fwmark services are never kube-proxy's; the probe is known
         if svc.address in self.node:
@@ -179,7 +183,7 @@ class IpvsEvidence:
 
 @dataclass(frozen=True)
 class Attribution:
-    """Why a virtual server may be kube-proxy's (SPEC §4).
+    """Why a virtual server may be kube-proxy's (docs/contract.md#ownership).
 
     `strong` names its address and port in kube-proxy's own records; `weak` names only one of
     them (a kube-ipvs0 address, a NodePort number off the node's addresses), which a
@@ -528,7 +532,7 @@ def classify_link(links: Links) -> Finding | None:
     )
 
 
-# --- mode and the nftables-mode confirmation (SPEC §5) --------------------------------------
+# --- mode and the nftables-mode confirmation (docs/contract.md#the-cleanup-gate) ------------------
 
 
 def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
@@ -559,7 +563,7 @@ def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], lis
             failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
             continue
         missing = [c for c in wanted if c not in table.kube_proxy_chains]
-        if missing:  # an empty table, or someone else's: not kube-proxy's rules (issue 23)
+        if missing:  # an empty table, or someone else's: not kube-proxy's rules
             failed.append(
                 f"nftables table {nft_family} kube-proxy lacks kube-proxy's chains "
                 f"{', '.join(missing)} ({fam})"
@@ -622,7 +626,8 @@ def sync_age(kp: KubeProxy, families: list[str], now: float, max_sync_age: float
 
 
 def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
-    """SPEC §5's gate: /proxyMode, the tables of every active family, kube-proxy's health.
+    """The gate (docs/contract.md#the-cleanup-gate): /proxyMode, the tables of every active
+    family, kube-proxy's health.
 
     The nftables-specific metric series are extra evidence when present, never required:
     a release exposes its counters only once they first move.

@@ -63,7 +63,8 @@ def collect(opts: Options) -> Snapshot:
     no_services: tuple[IpvsService, ...] = ()
     ipvs_reading = run("ipvs", lambda: ipvs.read(opts.ipvs_detail), no_services)
     links_reading = run("links", links.read, Links(kube_ipvs0=None))
-    # Only the sets that can name a virtual server's address and port are decoded (SPEC §4).
+    # Only the sets that can name a virtual server's address and port are decoded
+    # (docs/contract.md#ownership).
     wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)
     return Snapshot(
         ipvs=ipvs_reading,

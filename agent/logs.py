@@ -37,7 +37,7 @@ def setup(fmt: str, level: int = logging.INFO) -> None:
 class BatchedLines:
     """Lines to a stream, flushed at most every `interval` seconds and on flush().
 
-    A flush per line was 15 s of an 11,000-step cleanup in the benchmark's VM (issue 6); a Job's
+    A flush per line was 15 s of an 11,000-step cleanup in the benchmark's VM; a Job's
     log still sees every line within `interval`.
     """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 IPSET_NAME_MAX = 31
 
-# §1.1: kube-proxy's ipsetInfo, name -> set type.
+# docs/kube-proxy-names.md#ipsets: kube-proxy's ipsetInfo, name -> set type.
 IPVS_SETS_V4: dict[str, str] = {
     "KUBE-LOOP-BACK": "hash:ip,port,ip",
     "KUBE-CLUSTER-IP": "hash:ip,port",
@@ -29,8 +29,8 @@ IPVS_SETS_V4: dict[str, str] = {
     "KUBE-HEALTH-CHECK-NODE-PORT": "bitmap:port",
     "KUBE-IPVS-IPS": "hash:ip",
 }
-# §1.3: names of older releases, which current kube-proxy never destroys. The SCTP node-port
-# sets were bitmap:port before the -HASH variants replaced them.
+# docs/older-releases.md: names of older releases, which current kube-proxy never destroys.
+# The SCTP node-port sets were bitmap:port before the -HASH variants replaced them.
 OLD_IPVS_SETS_V4: dict[str, tuple[str, ...]] = {
     "KUBE-NODE-PORT-SCTP": ("bitmap:port", "hash:ip,port"),
     "KUBE-NODE-PORT-LOCAL-SCTP": ("bitmap:port", "hash:ip,port"),
@@ -97,7 +97,8 @@ NODE_PORT_SETS: dict[str, frozenset[str]] = {
     }.items()
 }
 
-# §2.1: the 11 chains of the current ipvs proxier, by table.
+# The 11 chains of the current ipvs proxier, by table
+# (docs/kube-proxy-names.md#ipvs-modes-iptables-chains-and-jumps).
 IPVS_CHAINS: dict[str, frozenset[str]] = {
     "nat": frozenset(
         {
@@ -119,15 +120,15 @@ IPVS_CHAINS: dict[str, frozenset[str]] = {
         }
     ),
 }
-# §2.4: chains of older ipvs releases that current kube-proxy no longer cleans.
+# Chains of older ipvs releases that current kube-proxy no longer cleans.
 OLD_IPVS_CHAINS: dict[str, frozenset[str]] = {
     "nat": frozenset({"KUBE-FIREWALL", "KUBE-FIRE-WALL", "KUBE-SVC-IPSETS"}),
 }
-# §3: nat KUBE-MARK-DROP was created by pre-1.28 kubelets *and* old ipvs kube-proxy; with two
+# nat KUBE-MARK-DROP was created by pre-1.28 kubelets *and* old ipvs kube-proxy; with two
 # possible owners it is reported and never touched.
 AMBIGUOUS_CHAINS: dict[str, frozenset[str]] = {"nat": frozenset({"KUBE-MARK-DROP"})}
 
-# §2.2: kube-proxy's jumps from built-in chains: (table, chain, target) -> comment.
+# kube-proxy's ipvs-mode jumps from built-in chains: (table, chain, target) -> comment.
 IPVS_JUMPS: dict[tuple[str, str, str], str] = {
     ("nat", "OUTPUT", "KUBE-SERVICES"): "kubernetes service portals",
     ("nat", "PREROUTING", "KUBE-SERVICES"): "kubernetes service portals",
@@ -140,7 +141,7 @@ IPVS_JUMPS: dict[tuple[str, str, str], str] = {
     ("filter", "OUTPUT", "KUBE-IPVS-OUT-FILTER"): "kubernetes ipvs access filter",
 }
 
-# --- iptables mode (SPEC §4 iptables-leftover) ----------------------------------------------
+# --- iptables mode (class iptables-leftover, docs/contract.md#ownership) --------------------------
 # pkg/proxy/iptables/proxier.go (v1.30.3): the chains it makes, by table. KUBE-SERVICES,
 # KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD and KUBE-PROXY-FIREWALL share their name (and
 # table) with ipvs mode: which mode a shared chain belongs to is decided by its rules
@@ -211,7 +212,8 @@ def _jump_comments() -> dict[tuple[str, str, str], frozenset[str]]:
 # Every jump any kube-proxy release or mode writes from a built-in chain: key -> comments.
 KUBE_PROXY_JUMPS = _jump_comments()
 
-# §3: the kubelet's chains, (table, chain); never touched, in any backend or family.
+# The kubelet's chains, (table, chain); never touched, in any backend or family
+# (docs/kube-proxy-names.md#the-kubelets-chains).
 KUBELET_CHAINS = frozenset(
     {
         ("mangle", "KUBE-IPTABLES-HINT"),
@@ -222,15 +224,15 @@ KUBELET_CHAINS = frozenset(
     }
 )
 
-# §4.1 / §4.2
+# docs/kube-proxy-names.md#kube-ipvs0-the-probe-service-sysctls
 KUBE_IPVS0 = "kube-ipvs0"
 PROBE_SERVICE = ("TCP", "198.51.100.0", 20000)  # CanUseIPVSProxier's probe virtual server
 
-# §5.1: kube-proxy's nftables-mode tables.
+# docs/kube-proxy-names.md#nftables-mode: kube-proxy's nftables-mode tables.
 NFTABLES_MODE_TABLES = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
-# The chains the gate requires in such a table (SPEC §5): an empty `ip kube-proxy` table, or
-# one someone else made, satisfied it (issue 23). kube-proxy's setupNFTables creates them with
-# the table, in one transaction, on every sync, in every release from 1.29 to 1.37
+# The chains the gate requires in such a table (docs/contract.md#the-cleanup-gate): an empty
+# `ip kube-proxy` table, or one someone else made, does not count. kube-proxy's setupNFTables
+# creates them with the table, in one transaction, on every sync, in every release from 1.29 to 1.37
 # (pkg/proxy/nftables/proxier.go: servicesChain, masqueradingChain). Not mark-for-masquerade:
 # 1.36 inlined it into masquerading (real v1.37.2, tests/data/kube-proxy-v1.37.2/README.md).
 # Nor the base chains: 1.34 renamed filter-prerouting/filter-output's pre-DNAT chains.

@@ -1,4 +1,4 @@
-"""A stand-in for kube-proxy's metrics (:10249) and healthz (:10256) servers (reference §6).
+"""A stand-in for kube-proxy's metrics (:10249) and healthz (:10256) servers (docs/kube-proxy-names.md#kube-proxys-endpoints-and-metrics).
 
 Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSON state file is
 re-read on every request, so a test flips behaviour by rewriting it:

@@ -64,7 +64,7 @@ class Node:
     kubelet: bool = True
     third_party: bool = False
     old_release_orphans: bool = False
-    # Names of the 1.9-1.10 releases (issue 13 item 5): their sets and FORWARD jump comment.
+    # Names of the 1.9-1.10 releases: their sets and FORWARD jump comment.
     older_release_names: bool = False
     # The node also ran kube-proxy's iptables mode: after ipvs mode (ipvs_leftovers=True),
     # or instead of it (iptables -> nftables).

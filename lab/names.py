@@ -1,4 +1,4 @@
-"""kube-proxy ipvs-mode names and comments, typed once (reference §1-§3)."""
+"""kube-proxy ipvs-mode names and comments, typed once (docs/kube-proxy-names.md)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ SETS: tuple[SetInfo, ...] = (
 )
 SET_BY_NAME = {s.name: s for s in SETS}
 
-# Sets from older releases that current kube-proxy neither creates nor destroys (§1.3).
+# Sets from older releases that current kube-proxy neither creates nor destroys (docs/older-releases.md).
 OLD_SETS: tuple[SetInfo, ...] = (
     SetInfo(
         "KUBE-NODE-PORT-SCTP", "bitmap:port", "Kubernetes nodeport SCTP port for masquerade purpose"
@@ -120,7 +120,7 @@ def set_name(base: str, family: Family) -> str:
     return base.replace("KUBE-", "KUBE-6-", 1)[:31]
 
 
-# Chains (§2.1)
+# Chains (docs/kube-proxy-names.md#ipvs-modes-iptables-chains-and-jumps)
 SERVICES = "KUBE-SERVICES"
 POSTROUTING = "KUBE-POSTROUTING"
 NODE_PORT = "KUBE-NODE-PORT"
@@ -173,7 +173,7 @@ SET_RULES: tuple[tuple[str, str, str, str, str, str], ...] = (
     (LOAD_BALANCER_SOURCE_IP, "filter", SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", ""),
 )
 
-# kubelet (§3)
+# kubelet (docs/kube-proxy-names.md#the-kubelets-chains)
 KUBELET_HINT = "KUBE-IPTABLES-HINT"
 KUBELET_CANARY = "KUBE-KUBELET-CANARY"
 KUBELET_FIREWALL = "KUBE-FIREWALL"
@@ -182,7 +182,7 @@ KUBELET_MARTIAN_RULE = (
     "! --src 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
 )
 
-# Old ipvs releases (§2.4); kubelet's default drop bit 15.
+# Old ipvs releases (docs/older-releases.md); kubelet's default drop bit 15.
 OLD_NAT_FIREWALL = "KUBE-FIREWALL"
 OLD_MARK_DROP = "KUBE-MARK-DROP"
 OLD_DROP_MARK = "0x8000"

@@ -1,4 +1,4 @@
-"""nft script for kube-proxy's live nftables-mode tables (reference §5.1) and a user table."""
+"""nft script for kube-proxy's live nftables-mode tables (docs/kube-proxy-names.md#nftables-mode) and a user table."""
 
 from __future__ import annotations
 

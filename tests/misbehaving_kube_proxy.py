@@ -1,4 +1,4 @@
-"""A kube-proxy that misbehaves on the wire, on both of its ports (issue 23, rows 6, 10, 11, 17).
+"""A kube-proxy that misbehaves on the wire, on both of its ports.
 
 Run inside a test namespace: python tests/misbehaving_kube_proxy.py MODE [--record FILE]
   drip    every answer: `200 OK` and its headers at once, then the body one byte a second

@@ -12,7 +12,7 @@ from lab import render
 from lab.model import Node
 
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
-# The chains kube-proxy's ipvs mode creates (reference §2.1) and older releases' (§2.4),
+# The chains kube-proxy's ipvs mode creates (docs/kube-proxy-names.md) and older releases',
 # as the lab writes them.
 IPVS_CHAINS: dict[str, set[str]] = {table: set(chains) for table, chains in n.CHAINS.items()}
 IPVS_CHAINS["nat"].add(n.OLD_NAT_FIREWALL)

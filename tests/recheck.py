@@ -1,4 +1,4 @@
-"""The re-check's window (issue 23 item 4): change the node while `cleanup --apply` waits
+"""The re-check's window: change the node while `cleanup --apply` waits
 between its backup and its re-check (the hidden --pause-before-execute), then judge the run."""
 
 from __future__ import annotations

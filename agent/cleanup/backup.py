@@ -1,4 +1,5 @@
-"""The backup bundle written before the first change, in formats operators know (SPEC §5).
+"""The backup bundle written before the first change, in formats operators know
+(docs/contract.md#cleanup).
 
 One folder per run, written whole or not at all (agent.cleanup.bundle):
   manifest.json                  format, node, agent version, each file's SHA-256

@@ -28,7 +28,7 @@ def exclusive(path: Path) -> Iterator[bool]:
     Raises LockError before anything is held when the file cannot be made.
     """
     # O_NOFOLLOW: a symlink at `path` (planted, or left by a mistake) is refused, never
-    # followed: the target was truncated and overwritten with the PID (issue 23).
+    # followed: the target was truncated and overwritten with the PID.
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         try:

@@ -1,4 +1,5 @@
-"""The `cleanup --apply` procedure (SPEC §5), shared by the command and serve's auto-cleanup.
+"""The `cleanup --apply` procedure (docs/contract.md#cleanup), shared by the command and
+serve's auto-cleanup.
 
 Order: plan -> lock -> gate -> backup -> gate, plan and content again (agent.cleanup.recheck)
 -> execute -> re-audit. Until the executor starts nothing has changed, and every refusal says
@@ -121,7 +122,7 @@ def _locked(
     refusal = gate_refusal(again)
     if refusal:
         raise Refused(refusal)
-    # In content (issue 23): the plan from this reading against the one the bundle was
+    # In content: the plan from this reading against the one the bundle was
     # written from, then the members and real servers it lists against the bundle's.
     now = plan_for(again, settings)
     changed = recheck.plan_change(backed_up, now.contents())

@@ -1,4 +1,4 @@
-"""The re-check right before the first change (SPEC §5; issue 23): the node read again must
+"""The re-check right before the first change (docs/contract.md#cleanup): the node read again must
 equal, in content, what the backup bundle holds of everything the plan removes.
 
 Two comparisons, each naming the first difference it finds:

@@ -36,7 +36,7 @@ def documented_env(command: click.Command, prefix: str) -> click.Command:
     click's auto_envvar_prefix builds the name from the Python parameter instead, so `--apply`
     (parameter `apply_`) was IPVS_LEFTOVERS_CLEANUP_APPLY_, with the trailing underscore, and
     the hidden test-only options (--pause-before-execute) could be set from the environment
-    too (issue 23). Hidden options and eager ones (--version) are read from no variable."""
+    too. Hidden options and eager ones (--version) are read from no variable."""
     for param in command.params:
         if not isinstance(param, click.Option):
             continue
@@ -68,7 +68,7 @@ def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     from agent.readers.urls import split_url
 
     bad = next((c for c in value if c <= " " or c >= "\x7f"), None)
-    if bad is not None:  # a CR/LF would add headers to the request (issue 23)
+    if bad is not None:  # a CR/LF would add headers to the request
         raise click.BadParameter(
             f"{value!r} holds a control character, space or non-ASCII character "
             f"({bad!r}); write the URL percent-encoded"

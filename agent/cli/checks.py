@@ -1,5 +1,6 @@
-"""`precheck` and `verify` (SPEC §7). The checks themselves are pure (agent.views.checks);
-reading kube-proxy's configuration and the probe's TCP connect are the only I/O added here.
+"""`precheck` and `verify` (docs/precheck-verify.md). The checks themselves are pure
+(agent.views.checks); reading kube-proxy's configuration and the probe's TCP connect are the
+only I/O added here.
 """
 
 from __future__ import annotations

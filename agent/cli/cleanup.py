@@ -42,7 +42,8 @@ def cleanup(
     step_delay: float,
     kill_after_step: int,
 ) -> None:
-    """Remove exactly what ipvs mode left, only once nftables mode is confirmed (SPEC §5).
+    """Remove exactly what ipvs mode left, only once nftables mode is confirmed
+    (docs/contract.md#cleanup).
 
     Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error.
     """
@@ -54,7 +55,7 @@ def cleanup(
 
     common.require_permission()
     # The plan and the gate need only which nftables tables exist; counting the nftables-mode
-    # table's chains and elements was a fifth of cleanup's time at 10,000 Services (issue 6).
+    # table's chains and elements was a fifth of cleanup's time at 10,000 Services.
     import dataclasses
 
     opts = dataclasses.replace(common.options(ctx), nftables_detail=False)

@@ -13,7 +13,7 @@ from agent.readers.tools import DEFAULT_TIMEOUT
 class Seconds(click.FloatRange):
     """A finite number of seconds within a range. click.FloatRange lets `nan` through (every
     comparison with it is false) and `inf` where there is no maximum: `--max-sync-age nan`
-    turned the age check off (issue 23)."""
+    turned the age check off."""
 
     name = "seconds"
 

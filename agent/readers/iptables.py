@@ -1,8 +1,9 @@
 """iptables chains and rules in both backends, read with the backends' own save tools.
 
 Why a subprocess and not python-iptables in process: `import iptc` runs `modprobe ip_tables`,
-reading a table with it creates that table (SPEC §8 forbids both), it redirects fd 1 while it
-prints rules (a deadlock with any other writer), and it cannot see the nft backend at all.
+reading a table with it creates that table (docs/contract.md#safety-rules forbids both), it
+redirects fd 1 while it prints rules (a deadlock with any other writer), and it cannot see the
+nft backend at all.
 `iptables-legacy-save` without `-t` dumps only the tables the kernel already lists in
 /proc/net/ip*_tables_names, so reading creates nothing.
 """

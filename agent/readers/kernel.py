@@ -1,4 +1,5 @@
-"""What the running kernel has, found without asking it to load anything (SPEC §8).
+"""What the running kernel has, found without asking it to load anything
+(docs/contract.md#safety-rules).
 
 Opening a netlink family or an x_tables table for a subsystem the kernel has as an unloaded
 module makes the kernel load it. So before a reader opens anything it asks here, and here only

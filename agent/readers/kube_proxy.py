@@ -24,7 +24,7 @@ R = TypeVar("R")
 
 MODES = ("ipvs", "iptables", "nftables", "kernelspace")
 # What each answer may hold. /metrics is parsed as it arrives (never held whole): a 200 MB
-# /metrics took serve to 267 MB RSS (issue 23); past the cap the source is an error. kube-proxy's
+# /metrics took serve to 267 MB RSS; past the cap the source is an error. kube-proxy's
 # own /metrics is tens of KiB, /proxyMode one word, /healthz and /livez one small JSON object.
 METRICS_LIMIT = 16 * 1024 * 1024
 SMALL_LIMIT = 64 * 1024
@@ -64,7 +64,7 @@ def _fetch(
     HTTP(S)_PROXY from the pod's environment must not send these requests elsewhere.
 
     `deadline` (time.monotonic()) bounds the whole answer, not each read: a kube-proxy that
-    drips its body a byte a second is cut there (issue 23). No connection by then is `absent`;
+    drips its body a byte a second is cut there. No connection by then is `absent`;
     a request accepted and not answered by then, or an answer not finished by then (Late), or
     one over `limit` bytes (Garbage), is an error.
     """
@@ -416,7 +416,7 @@ def read(
     """kube-proxy's four endpoints, read at once, each answer whole by one deadline: `timeout`
     seconds from now, or `deadline` (time.monotonic()) if that is sooner. They were read one
     after another, each with a per-read timeout: a stuck kube-proxy made serve miss the scrape
-    deadline, and one dripping its answers held a cleanup for minutes (issue 23)."""
+    deadline, and one dripping its answers held a cleanup for minutes."""
     started = time.monotonic()
     end = started + timeout if deadline is None else min(started + timeout, deadline)
     if end <= started:  # serve's scrape deadline passed while the kernel was read

@@ -109,7 +109,8 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
                 raise Absent("kernel has no nf_tables") from exc
             raise
         # One small chain per kube-proxy table: cleanup needs it to keep KUBE-MARK-MASQ's
-        # masquerade only where nftables mode does not masquerade the same mark (SPEC §5).
+        # masquerade only where nftables mode does not masquerade the same mark
+        # (docs/contract.md#cleanup).
         marks = {key: _masquerade_mark(nft, *key) for key in tables if key in DETAILED}
         # The gate needs kube-proxy's own chains in its table, not the table alone: one
         # request per chain, never a dump of the tens of thousands a large node has.

@@ -1,4 +1,5 @@
-"""Prometheus view of a classified snapshot (SPEC §6), and the collection scrapes share.
+"""Prometheus view of a classified snapshot (docs/contract.md#metrics), and the collection
+scrapes share.
 
 The collector follows prometheus_client's custom-collector pattern: descriptions are fixed,
 values are built fresh from one collection on every scrape, so a vanished object vanishes from
@@ -48,7 +49,7 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFami
 def families(
     col: Collection,
 ) -> Iterator[GaugeMetricFamily | InfoMetricFamily | CounterMetricFamily]:
-    """Every SPEC §6 metric for one collection."""
+    """Every metric of docs/contract.md#metrics for one collection."""
     snap, c = col.snapshot, col.classification
     yield _value(
         "stale", "1 when nftables mode is confirmed and ipvs-mode leftovers exist", c.stale
@@ -121,7 +122,7 @@ def families(
     yield from kube_proxy_families(snap.kube_proxy)
     yield _value(
         "nftables_mode_confirmed",
-        "1 when the cleanup gate (SPEC 5) would pass",
+        "1 when the cleanup gate would pass",
         c.mode.nftables_confirmed,
     )
     kp = snap.kube_proxy

@@ -1,8 +1,8 @@
-"""The cleanup plan (SPEC §5): a pure function of a classified snapshot.
+"""The cleanup plan (docs/contract.md#cleanup): a pure function of a classified snapshot.
 
 Ownership was decided by the classifier; here only references are followed, so that an
 ipvs-mode object still referenced by state that is not being removed is kept untouched (not even
-flushed), and the steps are put in the SPEC §5 order.
+flushed), and the steps are put in the order of docs/contract.md#cleanup.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class TableChange:
 
 @dataclass(frozen=True)
 class Step:
-    phase: int  # 1 IPVS, 2 link, 3 iptables, 4 ipsets, 5 sysctls (SPEC §5, upstream's order)
+    # 1 IPVS, 2 link, 3 iptables, 4 ipsets, 5 sysctls (docs/contract.md#cleanup, upstream's order)
+    phase: int
     action: str
     target: str
     evidence: tuple[str, ...]
@@ -173,7 +174,7 @@ def _masquerade_kept(
     kept_chains: dict[tuple[TableKey, str], str],
     nft_marks: dict[str, int | None],
 ) -> dict[tuple[TableKey, str], str]:
-    """KUBE-POSTROUTING kept beside a kept KUBE-MARK-MASQ (SPEC §5).
+    """KUBE-POSTROUTING kept beside a kept KUBE-MARK-MASQ (docs/contract.md#cleanup).
 
     A foreign rule that still jumps to KUBE-MARK-MASQ expects its packets masqueraded; with
     KUBE-POSTROUTING gone that only holds if nftables mode masquerades the same mark bit.
@@ -236,7 +237,7 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
 
     tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
     # iptables mode's chains and jumps go in the same per-table step as ipvs mode's: to each
-    # other they are kube-proxy's own references, never foreign ones (SPEC §4).
+    # other they are kube-proxy's own references, never foreign ones (docs/contract.md#ownership).
     removable = c.removable
     chain_findings = [f for f in removable if isinstance(f.obj, ChainRef)]
     jump_findings = [f for f in removable if isinstance(f.obj, RuleRef)]

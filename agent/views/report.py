@@ -84,7 +84,8 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             "iptables_jump_rules": jumps,
         },
         "foreign": _ipvs_counts(c.owned_by(Owner.FOREIGN, "ipvs-service")),
-        # kube-proxy iptables mode's chains (SPEC §4), apart from the ipvs-mode counts above
+        # kube-proxy iptables mode's chains (docs/contract.md#ownership), apart from the
+        # ipvs-mode counts above
         "iptables_leftovers": {"chains": ipt_chains, "jump_rules": ipt_jumps},
         "nftables_mode": {
             "tables": [
@@ -114,7 +115,8 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
 
 
 def exit_code(snap: Snapshot, c: Classification) -> int:
-    """SPEC §3: 4 when a source failed, else 1 for objects not confirmed in use by ipvs mode."""
+    """docs/exit-codes.md: 4 when a source failed, else 1 for objects not confirmed in use by
+    ipvs mode."""
     if any(r.status == "error" for r in snap.sources().values()):
         return exitcodes.ERROR
     if c.leftovers and c.mode.detected != "ipvs":

@@ -35,8 +35,8 @@ MAX_READING = 1024  # connections whose request is still being read; more wait i
 WRITE_TIMEOUT = 10.0
 IO_TIMEOUT = 30.0  # any one read or write
 # A fixed pool of workers answers complete requests; more wait in a bounded queue (it was one
-# thread per connection, no cap, and a backlog of 5: 200 concurrent scrapes had a p95 of 14 s,
-# issue 23).
+# thread per connection, no cap, and a backlog of 5: 200 concurrent scrapes had a p95 of 14 s).
+#
 WORKERS = 16
 PENDING = 64
 BACKLOG = 128

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-# SPEC §6 and the issue: every series the manifests may query.
+# docs/contract.md#metrics: every series the manifests may query.
 AGENT_METRICS = {
     "ipvs_leftovers_stale",
     "ipvs_leftovers_kube_ipvs0_present",

@@ -1,4 +1,4 @@
-"""The fault and fuzz tier (issue 23 item 7): every module here carries the `fault` marker.
+"""The fault and fuzz tier: every module here carries the `fault` marker.
 
 Hypothesis runs deterministically (derandomize: the same examples on every run and machine, so
 CI is reproducible) with no example database (nothing written into the repository), a bounded

@@ -1,4 +1,4 @@
-"""Fuzzing of the parsers of what the agent reads (issue 23 item 7).
+"""Fuzzing of the parsers of what the agent reads.
 
 Property, for every parser: on any input - mutations of real recorded inputs (kube-proxy
 v1.30.3's answers in tests/data, the iptables-save text of a lab node in a namespace on this

@@ -1,5 +1,5 @@
 """`cleanup --apply` killed with SIGKILL at its step boundaries, and a backup folder that
-fills up (issue 23 item 7), on lab nodes in namespaces on this kernel.
+fills up, on lab nodes in namespaces on this kernel.
 
 Sizes: 20 Services (dual-stack, nft backend, the node also ran iptables mode: 6 tables, 38
 sets, 2 sysctls), 200 (IPv4, legacy backend, iptables mode too: 3 tables, 19 sets, 2 sysctls)
@@ -240,7 +240,7 @@ MANIFEST = "manifest.json"
 
 
 def agent_writes_manifests() -> bool:
-    """Whether this agent writes manifest.json (issue 23 item 2). Until it does, a bundle is
+    """Whether this agent writes manifest.json. Until it does, a bundle is
     judged by the files its plan implies; once it does, only a valid manifest makes a bundle
     complete, and this switch and `_complete_without_manifest` can go."""
     import agent.cleanup.backup as backup

@@ -1,6 +1,6 @@
 """scripts/vm-run --cached-root, the root bench/run measures in: one VM boot (~1 min under TCG).
 
-The benchmark's ratios of Python to the C tools depend on it (issue 15), so what it promises
+The benchmark's ratios of Python to the C tools depend on it, so what it promises
 is checked in a real boot: the root is the host's, read-only and page-cached; /tmp (the host's
 with a throwaway layer: a clone of the repo under /tmp stays visible), $VM_OUT
 and network namespaces work; CMD runs in the repo with the agent venv first on PATH; CMD's

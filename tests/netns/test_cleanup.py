@@ -230,7 +230,7 @@ def test_foreign_references_keep_their_targets_untouched(
 def test_kept_mark_masq_keeps_its_masquerade_when_nftables_mode_uses_another_mark(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
-    """Issue 13.7: the CNI rule's packets are marked 0x4000 by KUBE-MARK-MASQ; nftables mode
+    """The CNI rule's packets are marked 0x4000 by KUBE-MARK-MASQ; nftables mode
     here masquerades 0x8000 only, so KUBE-POSTROUTING (and what it uses) must stay."""
     with node(netns, tmp_path, backend="legacy", dual=False) as (ns, _):
         ipt = ["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat"]
@@ -536,7 +536,7 @@ def test_xtables_lockfile_from_the_environment_is_the_lock_the_tools_take(
     assert "iptables-legacy-restore applied nothing more for 3." in r.stdout, r.stdout
 
 
-# --- the re-check sees every change (issue 23 item 4, row 5) ----------------------------------
+# --- the re-check sees every change ----------------------------------------------------
 
 
 OPERATOR_RULE = "-p tcp -m tcp --dport 31999 -m comment --comment operator-rule -j RETURN"
@@ -546,7 +546,7 @@ OPERATOR_RULE = "-p tcp -m tcp --dport 31999 -m comment --comment operator-rule 
 def test_a_rule_added_inside_a_leftover_chain_after_the_backup_refuses(
     netns: Callable[[], str], tmp_path: Path, backend: str
 ) -> None:
-    """Issue 23 row 5: the rule was deleted with its chain, exit 0, in no bundle file. Now the
+    """The rule was deleted with its chain, exit 0, in no bundle file. Now the
     re-check compares every removed chain's rules with the reading the backup was made from:
     exit 3, the node exactly as the change left it; the next run backs the rule up first."""
     with node(netns, tmp_path, backend, dual=False) as (ns, _):

@@ -1,4 +1,4 @@
-"""The gate's table check on real nf_tables (issue 23 row 18): an empty `ip kube-proxy` table
+"""The gate's table check on real nf_tables: an empty `ip kube-proxy` table
 no longer confirms nftables mode; kube-proxy's own table (as the lab writes it, from
 pkg/proxy/nftables/proxier.go) still does."""
 

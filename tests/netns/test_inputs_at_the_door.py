@@ -1,4 +1,4 @@
-"""Inputs refused at the door, end to end (issue 23 rows 14, 16 and item 6's TLS files): the
+"""Inputs refused at the door, end to end: the
 agent run as a user runs it, in a throwaway namespace."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _rules(ns: str) -> list[str]:
 def test_the_trailing_underscore_variable_does_not_make_plain_cleanup_apply(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
-    """Row 16: on a node where nftables mode is confirmed, `cleanup` with
+    """On a node where nftables mode is confirmed, `cleanup` with
     IPVS_LEFTOVERS_CLEANUP_APPLY_=1 in its environment applied (click named the variable after
     the parameter `apply_`). Now it only plans: no backup, nothing removed."""
     ns = netns()
@@ -60,7 +60,7 @@ def test_the_trailing_underscore_variable_does_not_make_plain_cleanup_apply(
 def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(
     netns: Callable[[], str], tmp_path: Path
 ) -> None:
-    """Row 14: `--lock-file` a symlink truncated its target and wrote the PID into it. Now the
+    """`--lock-file` a symlink truncated its target and wrote the PID into it. Now the
     lock file is opened with O_NOFOLLOW: one line, exit 4, the target as it was."""
     target = tmp_path / "precious"
     target.write_text("operator's data\n")
@@ -88,7 +88,7 @@ def _pem(tmp: Path, name: str) -> tuple[Path, Path]:
 
 
 def test_tls_errors_name_the_file(netns: Callable[[], str], tmp_path: Path) -> None:
-    """Item 6: OpenSSL says `[SSL] PEM lib` for a bad certificate and a bad key alike, and
+    """OpenSSL says `[SSL] PEM lib` for a bad certificate and a bad key alike, and
     serve printed only that. Now one line names the option and the file at fault, exit 4."""
     cert, key = _pem(tmp_path, "a")
     other_cert, _ = _pem(tmp_path, "b")

@@ -1,5 +1,5 @@
-"""Nodes that also ran kube-proxy's iptables mode (issue 13 item 6, SPEC §4 iptables-leftover),
-and the names of older releases (item 5), in namespaces of this kernel, both iptables backends
+"""Nodes that also ran kube-proxy's iptables mode (class iptables-leftover, docs/contract.md#ownership),
+and the names of older releases, in namespaces of this kernel, both iptables backends
 and both families: audit counts them exactly, the metrics agree, cleanup removes them and
 nothing else."""
 

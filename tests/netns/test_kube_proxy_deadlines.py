@@ -1,5 +1,5 @@
-"""Every wait on kube-proxy bounded by a deadline, its answers by a size (issue 23, rows 6, 10,
-11, 17): a real misbehaving server (tests/misbehaving_kube_proxy.py) on the namespace's
+"""Every wait on kube-proxy bounded by a deadline, its answers by a size: a
+real misbehaving server (tests/misbehaving_kube_proxy.py) on the namespace's
 loopback, where kube-proxy listens."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _timed_agent(
 
 
 def test_a_dripping_kube_proxy_is_cut_at_the_timeout(netns: Callable[[], str]) -> None:
-    """Row 6: kube-proxy answers 200, then its body a byte a second. `--timeout 2` bounds the
+    """kube-proxy answers 200, then its body a byte a second. `--timeout 2` bounds the
     whole of kube-proxy's four answers (read at once): the gate refuses in about 2 s. Before,
     each read had its own timeout and the cleanup was still running at 60 s (here it would
     hit the 60 s limit of the run)."""
@@ -57,7 +57,7 @@ def test_a_dripping_kube_proxy_is_cut_at_the_timeout(netns: Callable[[], str]) -
 
 
 def test_a_dripping_kube_proxy_is_cut_when_cleanup_applies(netns: Callable[[], str]) -> None:
-    """Row 6, with something to remove: the gate (both of its readings) ends by the deadline
+    """With something to remove: the gate (both of its readings) ends by the deadline
     and refuses; the lock is not held on."""
     from lab import build
     from lab.scenarios import realistic_node
@@ -77,7 +77,7 @@ def test_a_dripping_kube_proxy_is_cut_when_cleanup_applies(netns: Callable[[], s
 def test_a_stuck_kube_proxy_does_not_make_serve_miss_the_scrape_deadline(
     netns: Callable[[], str],
 ) -> None:
-    """Row 10: kube-proxy accepts and never answers, --timeout is 10 s, Prometheus' scrape
+    """kube-proxy accepts and never answers, --timeout is 10 s, Prometheus' scrape
     times out after 3 s: serve answers before 3 s, kube-proxy's sources down. Before, its four
     endpoints were read one after another (12.7 s for a 10 s scrape timeout)."""
     ns = netns()
@@ -109,7 +109,7 @@ def _hwm_kib(pid: int) -> int:
 def test_a_200_mb_metrics_is_refused_in_bounded_memory(
     netns: Callable[[], str], chunked: bool
 ) -> None:
-    """Row 11: a 200 MB /metrics (sized, or chunked and unsized as Go sends it) is cut at the
+    """a 200 MB /metrics (sized, or chunked and unsized as Go sends it) is cut at the
     16 MiB cap, the source is an error, and serve's peak RSS stays far under the DaemonSet's
     256Mi. Before, serve reached 267 MB."""
     ns = netns()
@@ -150,7 +150,7 @@ def test_a_15_mb_metrics_is_read_whole_in_bounded_memory(netns: Callable[[], str
 def test_a_url_with_cr_lf_is_refused_and_never_sent(
     netns: Callable[[], str], tmp_path: Path, option: str
 ) -> None:
-    """Row 17: CR/LF in a kube-proxy URL (a request-injection attempt) is a usage error, exit
+    """CR/LF in a kube-proxy URL (a request-injection attempt) is a usage error, exit
     2, and nothing reaches kube-proxy's ports. Before, the request carried the extra header."""
     ns = netns()
     record = tmp_path / "requests.txt"

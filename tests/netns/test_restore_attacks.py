@@ -103,7 +103,7 @@ def refused(c: Cleaned, r: object, *words: str) -> None:
     assert c.arp() == ("0", "0")
 
 
-# --- row 1: a sysctl name that leaves /proc/sys --------------------------------------------------
+# --- a sysctl name that leaves /proc/sys --------------------------------------------------
 
 
 def test_a_sysctl_name_with_a_slash_writes_nothing_anywhere(
@@ -122,7 +122,7 @@ def test_a_sysctl_name_with_a_slash_writes_nothing_anywhere(
             )
 
 
-# --- row 2: iptables files that do more than re-create kube-proxy's chains -----------------------
+# --- iptables files that do more than re-create kube-proxy's chains -----------------------
 
 HOSTILE_IPTABLES = {
     "a policy": lambda t: t.replace("*filter\n", "*filter\n:INPUT DROP [0:0]\n", 1),
@@ -155,7 +155,7 @@ def test_hostile_iptables_lines_are_refused(
         refused(c, c.restore(), name)
 
 
-# --- row 3: sets, link, IPVS and sysctls beyond what cleanup removed -----------------------------
+# --- sets, link, IPVS and sysctls beyond what cleanup removed -----------------------------
 
 
 @pytest.mark.parametrize(
@@ -230,7 +230,7 @@ def test_ipvsadm_lines_other_than_adds_never_reach_ipvsadm(
         refused(c, c.restore(), "ipvsadm.rules")
 
 
-# --- row 4: bundles that are not this node's, or not safely kept ----------------------------------
+# --- bundles that are not this node's, or not safely kept ----------------------------------
 
 
 def test_a_bundle_from_another_node_needs_from_other_node(
@@ -278,7 +278,7 @@ def test_an_empty_or_altered_plan_is_refused(netns: Callable[[], str], tmp_path:
         refused(c, c.restore(), "plan.json is not valid JSON")
 
 
-# --- row 7: twice, after a killed cleanup, while a cleanup runs ----------------------------------
+# --- twice, after a killed cleanup, while a cleanup runs ----------------------------------
 
 
 def test_restore_twice_changes_nothing_the_second_time(
@@ -317,7 +317,7 @@ def test_restore_after_a_killed_cleanup_gives_the_node_back(
         assert again.rc == 0 and dump(ns) == before
 
 
-# --- row 8: truncated files ----------------------------------------------------------------------
+# --- truncated files ----------------------------------------------------------------------
 
 
 def test_a_truncated_file_is_refused_before_any_change(
@@ -366,7 +366,7 @@ def test_a_failure_part_way_is_undone(netns: Callable[[], str], tmp_path: Path) 
         assert dump(c.ns) == c.after and c.arp() == ("0", "0")
 
 
-# --- rows 9 and 13: partial folders, malformed and extra files -----------------------------------
+# --- partial folders, malformed and extra files -----------------------------------
 
 
 def test_a_partial_backup_is_never_a_bundle(netns: Callable[[], str], tmp_path: Path) -> None:

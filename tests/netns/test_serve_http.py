@@ -1,4 +1,4 @@
-"""serve's HTTP surface (issue 14 review): TLS per connection, both families by default,
+"""serve's HTTP surface: TLS per connection, both families by default,
 process_* metrics, _info series, the scrape deadline, HEAD."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""serve under load and abuse (issue 23 row 12): a bounded pool of workers, a deadline for each
+"""serve under load and abuse: a bounded pool of workers, a deadline for each
 request, a normal listen backlog, no spin when file descriptors run out. Real clients on the
 namespace's loopback, bounded in count and time."""
 

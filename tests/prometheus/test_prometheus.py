@@ -153,7 +153,7 @@ def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
     assert one(fleet_objects, "D") == 0
     assert one(fleet_objects, "E") == oracle_sum("node-stale", "iptables-mode chains") > 0
     # one 0 per confirmed nftables node (node-clean, idle, joins them once the gate follows
-    # kube-proxy's own health, issue 13.1)
+    # kube-proxy's own health)
     confirmed = values(lab, "ipvs_leftovers_nftables_mode_confirmed == 1")
     assert {"node-stale", "node-foreign"} <= confirmed.keys()
     foreign = values(lab, fleet_q[("Foreign IPVS services on nftables-mode nodes", "A")])

@@ -278,7 +278,7 @@ def test_kubeadm_config_map() -> None:
             None,
         ),
         ("# comment\nmode: ipvs # trailing\n", "ipvs", None),
-        # What the hand-written parser refused and kube-proxy accepts (issue 14):
+        # What the hand-written parser refused and kube-proxy accepts:
         (
             "kind: KubeProxyConfiguration\nfeatureGates: {A: true, B: false}\nmode: nftables\n",
             "nftables",
@@ -603,7 +603,7 @@ KEEPALIVED = IpvsService(
     (IpvsDest("192.168.60.11", 80, "route", 1),) * 2,
 )
 BOUND = Links(Link("kube-ipvs0", 9, "dummy", False, ("10.96.0.1/32",)), ("192.168.50.10",))
-# kube-proxy's record of KUBE_VS's address and port (SPEC §4 evidence)
+# kube-proxy's record of KUBE_VS's address and port (docs/contract.md#ownership evidence)
 CLUSTER_IP = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",)),)
 
 

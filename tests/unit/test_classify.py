@@ -1,4 +1,4 @@
-"""Every ownership rule of SPEC §4, on plain data."""
+"""Every ownership rule of docs/contract.md#ownership, on plain data."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ CLUSTER_IP = Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:4
 
 
 def test_a_kube_ipvs0_address_alone_is_weak_evidence() -> None:
-    """SPEC §4: a keepalived service later set up on a reused address must not be deleted."""
+    """docs/contract.md#ownership: a keepalived service later set up on a reused address must not be deleted."""
     ev = ipvs_service_evidence(svc("10.96.0.1", 443), LINKS, ())
     assert ev.strong == ()
     assert ev.weak == ("address 10.96.0.1 is bound to kube-ipvs0 (any port would be)",)
@@ -240,7 +240,7 @@ def test_kube_ipvs0_only_dummy_is_a_leftover() -> None:
     assert owners({"links": bridge}) == {"kube-ipvs0": Owner.UNKNOWN_KUBE}
 
 
-# --- mode confirmation (SPEC §5 gate) -------------------------------------------------------
+# --- mode confirmation (docs/contract.md#the-cleanup-gate) ----------------------------------------
 
 KP_TABLE = (NftTable("ip", "kube-proxy", 10, kube_proxy_chains=NFTABLES_MODE_CHAINS),)
 LEFTOVER_SET = (Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 0, 0),)
@@ -269,7 +269,7 @@ def test_not_confirmed_when_any_condition_fails() -> None:
 
 
 def test_confirmed_by_kube_proxys_own_health_definition() -> None:
-    """Issue 13.1: an idle kube-proxy re-syncs hourly; a node being deleted fails /healthz
+    """An idle kube-proxy re-syncs hourly; a node being deleted fails /healthz
     but /livez says the proxier is fine; a 1.30 nftables proxier exposes no nftables series
     until its counters first move."""
     cases = {

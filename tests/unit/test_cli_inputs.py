@@ -1,4 +1,4 @@
-"""Inputs refused at the door (issue 23 rows 15, 16): numbers that make no sense are usage
+"""Inputs refused at the door: numbers that make no sense are usage
 errors, and the environment maps exactly to the documented options, never to hidden ones.
 
 Each case parses the real command line (the group and the command, as `ipvs-leftovers` does)
@@ -69,7 +69,7 @@ def usage_error(args: list[str], env: dict[str, str] | None = None) -> str:
     ],
 )
 def test_non_finite_or_non_positive_numbers_are_usage_errors(args: list[str]) -> None:
-    """Row 15: `--max-sync-age nan` turned the age check off, `--auto-cleanup-interval 0` made
+    """`--max-sync-age nan` turned the age check off, `--auto-cleanup-interval 0` made
     a busy loop, `--auto-cleanup-hold-down inf` never cleaned: all were accepted."""
     usage_error(args)
 
@@ -87,7 +87,7 @@ def test_sensible_numbers_still_parse() -> None:
 
 
 def test_the_trailing_underscore_variable_does_not_make_cleanup_apply() -> None:
-    """Row 16: click named the variable after the Python parameter (`apply_`), so
+    """click named the variable after the Python parameter (`apply_`), so
     IPVS_LEFTOVERS_CLEANUP_APPLY_=1 made a plain `cleanup` apply and the documented
     IPVS_LEFTOVERS_CLEANUP_APPLY did nothing."""
     _, sub = parse(["cleanup"], {"IPVS_LEFTOVERS_CLEANUP_APPLY_": "1"})

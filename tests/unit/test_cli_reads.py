@@ -1,5 +1,5 @@
 """Which reads each command asks for: counting the nftables-mode table's chains and elements
-is most of a large node's read time, and only the audit report shows those counts (issue 6)."""
+is most of a large node's read time, and only the audit report shows those counts."""
 
 from pathlib import Path
 

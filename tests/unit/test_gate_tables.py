@@ -1,4 +1,4 @@
-"""The gate's table check (SPEC §5, issue 23 row 18): kube-proxy's `kube-proxy` table must hold
+"""The gate's table check (docs/contract.md#the-cleanup-gate): kube-proxy's `kube-proxy` table must hold
 kube-proxy's own chains, not merely exist."""
 
 from __future__ import annotations

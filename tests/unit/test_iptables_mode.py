@@ -1,5 +1,5 @@
-"""Issue 13 items 5 and 6 on plain data: names of older releases, and the iptables-leftover
-class (SPEC §4) with its shared chain names, jumps and references."""
+"""On plain data: names of older releases, and the iptables-leftover
+class (docs/contract.md#ownership) with its shared chain names, jumps and references."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _by_owner(dump: str, backend: str = "legacy") -> dict[Owner, set[str]]:
     return out
 
 
-# --- item 6: the iptables-leftover class ----------------------------------------------------
+# --- the iptables-leftover class -----------------------------------------------------------
 
 
 def test_a_node_that_ran_only_iptables_mode_has_iptables_leftovers_and_no_ipvs_ones() -> None:
@@ -230,7 +230,7 @@ def test_the_canary_in_all_three_tables_and_both_families() -> None:
     assert len(c.iptables_leftovers) == 6 and not c.leftovers
 
 
-# --- item 5: names of older releases --------------------------------------------------------
+# --- names of older releases ---------------------------------------------------------------
 
 
 def test_sets_of_the_first_ipset_releases_are_ipvs_leftovers() -> None:

@@ -1,4 +1,4 @@
-"""kube-proxy's client (issue 23 rows 6, 11): one deadline for a whole answer, size caps, and
+"""kube-proxy's client: one deadline for a whole answer, size caps, and
 /metrics parsed as it arrives. A real server on loopback, one answer per connection."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cleanup plan's order and what it keeps (SPEC §5), on plain data."""
+"""The cleanup plan's order and what it keeps (docs/contract.md#cleanup), on plain data."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _masq_plan(nft_mark: int | None) -> tuple[list[str], dict[str, str]]:
 
 
 def test_kept_mark_masq_keeps_its_masquerade_unless_nftables_mode_honours_the_mark() -> None:
-    """Issue 13.7: a CNI rule still marks for masquerade through KUBE-MARK-MASQ."""
+    """A CNI rule still marks for masquerade through KUBE-MARK-MASQ."""
     chains, kept = _masq_plan(0x4000)  # nftables mode masquerades the same bit
     assert chains == ["KUBE-POSTROUTING"]
     assert set(kept) == {"chain legacy/ipv4/nat KUBE-MARK-MASQ"}

@@ -1,4 +1,4 @@
-"""Runs first in the VM, before any test loads a module: reading must load none (SPEC §8)."""
+"""Runs first in the VM, before any test loads a module: reading must load none (docs/contract.md#safety-rules)."""
 
 from __future__ import annotations
 

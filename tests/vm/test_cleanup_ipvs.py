@@ -118,7 +118,7 @@ def test_a_tool_killed_mid_restore_leaves_the_node_as_before_restore(
         assert dump(ns, ipvs=True) == before
 
 
-# --- the re-check sees every change (issue 23 item 4, row 5) ----------------------------------
+# --- the re-check sees every change ----------------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["real-server-added", "weight-changed", "address-added"])

@@ -86,7 +86,7 @@ def _python_on_ipvs_node(netns: Callable[[], str], code: str) -> str:
 def test_a_read_decodes_only_the_sets_that_name_address_and_port(
     netns: Callable[[], str],
 ) -> None:
-    """SPEC §4 needs each virtual server's address and port in a KUBE-* set, so the sets of
+    """docs/contract.md#ownership needs each virtual server's address and port in a KUBE-* set, so the sets of
     `IP,proto:port` members and the NodePort bitmaps of the protocols in use are decoded; the
     endpoint-sized sets (KUBE-LOOP-BACK, KUBE-IPVS-IPS, the source-range sets) never are."""
     code = (

@@ -1,4 +1,5 @@
-"""precheck and verify (SPEC §7): pure checks over a snapshot and its classification.
+"""precheck and verify (docs/precheck-verify.md): pure checks over a snapshot and its
+classification.
 
 No I/O, no clock: kube-proxy's configuration, the node-IP hints and the probe result are read by
 the caller (agent/readers/kube_proxy_config.py, agent/cli/checks.py) and passed in, `now` too.

@@ -1,5 +1,5 @@
 """What precheck and verify share: a check and its statuses, listing evidence, the JSON document
-and the text report (SPEC §7)."""
+and the text report (docs/precheck-verify.md)."""
 
 from __future__ import annotations
 

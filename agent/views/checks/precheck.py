@@ -1,4 +1,4 @@
-"""precheck (SPEC §7): can this node move to nftables mode, and what will change.
+"""precheck (docs/precheck-verify.md): can this node move to nftables mode, and what will change.
 
 Pure: kube-proxy's configuration and the node-IP hints are read by the caller
 (agent/readers/kube_proxy_config.py, agent/cli/checks.py) and passed in. Something that could
@@ -474,7 +474,7 @@ def precheck(
     config: Reading[KubeProxyConfig | None],
     hints: NodeIpHints | None = None,
 ) -> list[Check]:
-    """Can this node move to nftables mode, and what will change (SPEC §7)."""
+    """Can this node move to nftables mode, and what will change (docs/precheck-verify.md)."""
     hints = hints or NodeIpHints()
     return [
         check_kernel(snap),
@@ -493,7 +493,8 @@ def precheck(
 def readiness_metrics(
     snap: Snapshot, c: Classification, config: Reading[KubeProxyConfig | None]
 ) -> dict[str, float]:
-    """Gauges for `serve` (SPEC §7 readiness); a value that cannot be known is left out."""
+    """Gauges for `serve` (readiness, docs/contract.md#metrics); a value that cannot be known
+    is left out."""
     out: dict[str, float] = {}
     version = kernel_version(snap.kernel.data.release)
     if version is not None:

@@ -1,4 +1,5 @@
-"""verify (SPEC §7): after the migration, a clean node and a working nftables data plane.
+"""verify (docs/precheck-verify.md): after the migration, a clean node and a working nftables
+data plane.
 
 Pure: the probe result and `now` are passed in. Something that could not be read is a fail
 naming what, never a pass.
@@ -43,7 +44,8 @@ def _families(snap: Snapshot, c: Classification) -> list[str]:
 
 
 def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
-    """The mode part of SPEC §5's gate: /proxyMode and the tables of every active family."""
+    """The mode part of the gate (docs/contract.md#the-cleanup-gate): /proxyMode and the tables
+    of every active family."""
     kp = snap.kube_proxy
     ok: list[str] = []
     bad: list[str] = []
@@ -149,7 +151,8 @@ def check_probe(probe: ProbeResult) -> Check:
 def verify(
     snap: Snapshot, c: Classification, probe: ProbeResult, now: float, max_sync_age: float
 ) -> list[Check]:
-    """After the migration: is this node clean and is the new data plane working (SPEC §7)."""
+    """After the migration: is this node clean and is the new data plane working
+    (docs/precheck-verify.md)."""
     return [
         check_nftables_mode(snap, c),
         check_no_leftovers(snap, c),
