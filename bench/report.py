@@ -27,7 +27,7 @@ def node_cpu_share(r: dict[str, Any], meta: dict[str, Any]) -> float | None:
     return 100 * cpu * host / vm / SCRAPE_INTERVAL_S
 
 
-# Issue 15's targets, against the tools operators already run (ratios within one run).
+# Targets against the tools operators already run (ratios within one run).
 PEER_TARGETS = (
     ("warm scrape / node_exporter ipvs-only scrape", "scrape_s", "ne_scrape_s", 1.0),
     ("cleanup --apply / kube-proxy --cleanup", "cleanup_s", "kp_cleanup_s", 1.0),
@@ -109,7 +109,7 @@ def _roots(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     m, rs = doc["meta"], doc["results"]
     out = [
-        "# Benchmark results (issues 6 and 15)",
+        "# Benchmark results",
         "",
         f"Command: `{m['command']}`  ",
         f"Date: {m.get('date', '?')}; commit {m.get('commit', '?')}  ",
@@ -162,11 +162,12 @@ def markdown(doc: dict[str, Any]) -> str:
             v = fn(at)
             met = "yes" if v <= limit else "**no**"
             if label.startswith("cleanup") and v > limit and at.get("cleanup_floor_s"):
-                # SPEC §5's own minimum: two reads (plan, re-audit), the gate, the backup.
+                # The cleanup procedure's own minimum (docs/contract.md#cleanup): two reads
+                # (plan, re-audit), the gate, the backup.
                 spec_floor = at["cleanup_floor_s"] - at["floor_inproc_s"]
                 least = spec_floor / at["baseline_cleanup_s"]
                 if least > limit:
-                    met = f"**no**: impossible, SPEC §5's procedure floor is {least:.2f}x"
+                    met = f"**no**: impossible, the cleanup procedure's floor is {least:.2f}x"
             out.append(f"| {label} | {v:.2f}{unit} | ≤ {limit:g}{unit} | {met} |")
     groups = by_root(m, rs)
     for root, grs in groups.items():
@@ -192,7 +193,7 @@ def markdown(doc: dict[str, Any]) -> str:
             out.append(f"| {label} | {_f(growth(grs, key))} | {span} |")
     out += [
         "",
-        "## Against the tools operators already run (issue 15)",
+        "## Against the tools operators already run",
         "",
         "node_exporter: Debian's `prometheus-node-exporter --collector.disable-defaults "
         "--collector.ipvs` in the same namespace, warm scrape and VmHWM. kube-proxy: real "
@@ -227,7 +228,7 @@ def markdown(doc: dict[str, Any]) -> str:
     for at in (r for r in rs if r["n"] in (1000, 10000, 20000) and r.get("ne_scrape_s")):
         out += [
             "",
-            f"### Issue 15 targets at {at['n']:,} Services",
+            f"### Targets against the tools operators run, at {at['n']:,} Services",
             "",
             "| target | value | limit | met |",
             "|---|---:|---:|:---:|",
@@ -249,13 +250,13 @@ def markdown(doc: dict[str, Any]) -> str:
                 out.append(f"| {label} | {_f(v, 0)} | ≤ {limit:g} | {met} |")
     out += [
         "",
-        "## Cleanup against the least SPEC §5's procedure can cost",
+        "## Cleanup against the least the cleanup procedure can cost",
         "",
         "The baseline only deletes. `cleanup --apply` must also write the backup bundle with the",
         "operators' tools, read the node to plan, confirm again right before the first change,",
         "and re-audit after. Floor = baseline + backup tools (`ipvsadm -S -n`, `ipset save`,",
         "`iptables-nft-save`, `ip addr`) + the raw-netlink floor once as a process and twice",
-        "in-process (three reads, one interpreter start). SPEC §5 itself asks only for the",
+        "in-process (three reads, one interpreter start). The procedure itself asks only for the",
         "gate before the first change; the agent re-reads the whole node there and compares",
         "plans (README, Decisions), so the floor without that third read is shown too.",
         "",

@@ -65,8 +65,9 @@ ip link del kube-ipvs0
 """
 
 
-# What SPEC §5's backup bundle needs from the tools on this node (IPv4, nft backend), as the
-# agent runs them: part of the cleanup procedure's floor, with the baseline and the reads.
+# What the cleanup's backup bundle (docs/contract.md#cleanup) needs from the tools on this
+# node (IPv4, nft backend), as the agent runs them: part of the cleanup procedure's floor,
+# with the baseline and the reads.
 BACKUP_TOOLS = (
     "ipvsadm -S -n >/dev/null; ipset save >/dev/null; iptables-nft-save >/dev/null; "
     "ip -o addr show kube-ipvs0 >/dev/null"
@@ -299,7 +300,7 @@ def measure_size(n: int, args: argparse.Namespace, work: Path, log) -> dict[str,
         res["samples"].update(cleanup_window=windows, restore=restores, rebuild=rebuild)
         if args.kube_proxy:
             res.update(kube_proxy_cleanup(ns, ck, texts, fingerprint, args.kube_proxy, log))
-        # The least SPEC §5's procedure can cost: the deletions (the baseline), the backup
+        # The least the cleanup procedure can cost: the deletions (the baseline), the backup
         # tools, and three reads of the node (plan, re-check before the first change,
         # re-audit) with one interpreter start.
         res["cleanup_floor_s"] = (
