@@ -1,4 +1,4 @@
-"""The Service mix and the third-party state of every real-kube-proxy node (issue 12)."""
+"""The Service mix and the third-party state of every real-kube-proxy node."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real kube-proxy programs the node; the agent must agree with what it did (issue 12).
+"""Real kube-proxy programs the node; the agent must agree with what it did.
 
 One session run (`runs` fixture) drives four nodes at once, one namespace each: iptables backend
 legacy or nft x IPv4-only or dual-stack, each through scenarios A, B and C
@@ -227,7 +227,7 @@ def _expected_counts(sc: Scenario) -> dict[str, Any]:
     vs = [n for n in b.ipvs if f"ipvs {n}" in sc.made_ipvs]
     foreign = [n for n in b.ipvs if f"ipvs {n}" not in sc.made_ipvs]
     sets = [n for n in b.ipsets if f"ipset {n}" in left]
-    # every chain a mode made; issue 13.6 splits iptables mode's off into `iptables_leftovers`
+    # every chain a mode made; the audit reports iptables mode's apart, in `iptables_leftovers`
     # (iptables mode's KUBE-FIREWALL is kubelet's by name: in neither)
     chains = sorted(
         tuple(o.split()[1].split("/")) + (o.split()[2],)
@@ -288,7 +288,7 @@ def test_audit_counts_exactly_the_leftovers(runs: dict[str, NodeRun], node: str,
 
 
 def _iptables_mode_chains(doc: dict[str, Any]) -> list[tuple[str, ...]]:
-    """The chains of the `iptables_leftovers` block (issue 13.6), whatever its inner key."""
+    """The chains of the `iptables_leftovers` block, whatever its inner key."""
     block = doc.get("iptables_leftovers")
     assert isinstance(block, dict), "audit --json has no iptables_leftovers block"
     lists = [
@@ -340,7 +340,7 @@ def test_metrics_and_stale_agree_with_audit(runs: dict[str, NodeRun], node: str,
     left = doc["leftovers"]
 
     def one(name: str, **labels: str) -> float:
-        # `class_`: the label `class` (issue 14 renamed `owner`), spelt as Python allows
+        # `class_`: the label `class` (formerly `owner`), spelt as Python allows
         key = tuple(sorted((k.rstrip("_"), v) for k, v in labels.items()))
         return m[name][key]
 
