@@ -1,0 +1,87 @@
+"""The repository stands alone: a reader follows every reference inside it or to a public URL.
+
+Every file git tracks is read as text. None may point at the shared folder beside the
+checkout that the project was first specified in (a user who clones the project does not have
+it), cite that specification by section number, or name the work's own tracker: an issue
+number, a work session. Upstream references stay (`kubernetes/kubernetes#80627` is a public
+pull request). What the code relies on from outside is in docs/contract.md and
+docs/kube-proxy-names.md.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Written in pieces so that this file does not match itself.
+FORBIDDEN = {
+    "the shared folder beside the checkout": re.compile(r"(?:\.\./|/work/)" + "shared" + r"\b"),
+    "a section of the outside specification": re.compile("SPEC" + r"\s*§|(?<![\w/])§\s*\d"),
+    "an issue number of the project's tracker": re.compile(
+        r"(?i)(?<![\w/#-])" + "issue" + r"s?\s+#?\d+"
+    ),
+    "a work session": re.compile(r"(?i)\b" + "session" + r"s?\s+\d+"),
+}
+
+
+def _tracked() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def test_nothing_tracked_points_outside_the_repository_or_at_the_tracker() -> None:
+    found = []
+    for path in _tracked():
+        # this file's samples below are what the patterns must catch
+        if path == Path(__file__).resolve() or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary: nothing a reader follows
+        for n, line in enumerate(text.splitlines(), 1):
+            for what, pattern in FORBIDDEN.items():
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {what}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "see ../shared/SPEC.md",
+        "/work/shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz",
+        "the gate (SPEC §5)",
+        "names.py's §2.1",
+        "(issue 23)",
+        "Issue 13.7: a CNI rule",
+        "issues 6 and 15",
+        "before session 22",
+    ],
+)
+def test_the_patterns_catch_what_they_are_for(line: str) -> None:
+    assert any(p.search(line) for p in FORBIDDEN.values())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "PR kubernetes/kubernetes#80627 (2019)",
+        "issue kubernetes/kubernetes#67799",
+        "docs/contract.md#the-cleanup-gate",
+        "the shared collection",
+        "shared with kube-proxy and the kubelet",
+    ],
+)
+def test_the_patterns_leave_public_references_alone(line: str) -> None:
+    assert not any(p.search(line) for p in FORBIDDEN.values())
