@@ -175,7 +175,8 @@ class IpvsEvidence:
                         f"port {svc.port} is in ipset {name}, but {addr} is not a node address"
                     )
         if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
-            strong.append("kube-proxy's ipvs probe service 198.51.100.0:20000/TCP")
+            proto, address, port = names.PROBE_SERVICE
+            strong.append(f"kube-proxy's ipvs probe service {address}:{port}/{proto}")
         if addr in self.bound:
             weak.append(f"address {addr} is bound to {names.KUBE_IPVS0} (any port would be)")
         return Attribution(tuple(strong), tuple(weak))
@@ -258,13 +259,13 @@ def classify_ipset(s: Ipset) -> Finding:
             (f"kube-proxy's name but type {s.type} family {s.family}, expected {types[0]}",),
             s,
         )
-    if s.name.startswith("KUBE-"):
+    if s.name.startswith(names.KUBE_PREFIX):
         return Finding(
             Owner.UNKNOWN_KUBE,
             "ipsets",
             "ipset",
             s.name,
-            ("KUBE- name that no kube-proxy release uses",),
+            (f"{names.KUBE_PREFIX} name that no kube-proxy release uses",),
             s,
         )
     return Finding(Owner.FOREIGN, "ipsets", "ipset", s.name, ("not a kube-proxy name",), s)
@@ -272,7 +273,7 @@ def classify_ipset(s: Ipset) -> Finding:
 
 def ipset_family(s: Ipset) -> str:
     """ipv6 for KUBE-6- names and for the plain-named inet6 sets of older releases."""
-    return "ipv6" if s.name.startswith("KUBE-6-") or s.family == 6 else "ipv4"
+    return "ipv6" if s.name.startswith(names.KUBE6_PREFIX) or s.family == 6 else "ipv4"
 
 
 # --- iptables -------------------------------------------------------------------------------
@@ -309,7 +310,7 @@ def chain_owner(table: str, chain: str) -> tuple[Owner, str]:
         )
     if _iptables_mode_name(table, chain):
         return Owner.IPTABLES_LEFTOVER, f"kube-proxy iptables-mode chain {table}/{chain}"
-    if chain.startswith("KUBE-"):
+    if chain.startswith(names.KUBE_PREFIX):
         return Owner.UNKNOWN_KUBE, f"{table}/{chain} is no kube-proxy or kubelet chain"
     return Owner.FOREIGN, f"{table}/{chain} is not a Kubernetes chain"
 
@@ -318,6 +319,9 @@ def _is_shared(table: str, chain: str) -> bool:
     return chain in names.IPVS_CHAINS.get(table, ()) and chain in names.IPTABLES_MODE_CHAINS.get(
         table, ()
     )
+
+
+_INVALID_DROP = names.IPTABLES_MODE_INVALID_DROP
 
 
 def _mode_of_rules(table: str, chain: IptChain) -> Owner | None:
@@ -336,8 +340,8 @@ def _mode_of_rules(table: str, chain: IptChain) -> Owner | None:
             ipvs = True
         if (
             (_iptables_mode_name(table, target) and not _is_shared(table, target))
-            or "KUBE-FW-" in (r.comment or "")  # "... traffic not accepted by KUBE-FW-..."
-            or (chain.name == "KUBE-FORWARD" and "--ctstate INVALID" in r.text)
+            or names.IPTABLES_MODE_FIREWALL_PREFIX in (r.comment or "")
+            or (chain.name == _INVALID_DROP[0] and _INVALID_DROP[1] in r.text)
         ):
             iptables = True
     if ipvs:
@@ -397,7 +401,7 @@ def classify_rule(
 
     A jump kube-proxy writes (its comment, from that built-in chain to that target, in any
     release or mode) belongs to its target's class and goes with it."""
-    if rule.target is None or not rule.target.startswith("KUBE-"):
+    if rule.target is None or not rule.target.startswith(names.KUBE_PREFIX):
         return None
     known = (owners or {}).get(rule.target)
     owner = known[0] if known else chain_owner(t.name, rule.target)[0]
@@ -471,7 +475,7 @@ def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) ->
     ipvs-mode KUBE-MARK-MASQ is kube-proxy referencing itself, and both go."""
 
     def group(o: Owner | None) -> object:
-        return "kube-proxy" if o in KUBE_PROXY_CLASSES else o
+        return KUBE_PROXY_CLASSES if o in KUBE_PROXY_CLASSES else o
 
     own = group(kinds.get(chain.name))
     return [
@@ -558,7 +562,7 @@ def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], lis
     wanted = names.NFTABLES_MODE_CHAINS
     for fam in families:
         nft_family = "ip6" if fam == "IPv6" else "ip"
-        table = tables.get((nft_family, "kube-proxy"))
+        table = tables.get((nft_family, names.NFTABLES_TABLE))
         if table is None:
             failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
             continue

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from agent import names
 from agent.classify import evidence_sets_needed
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
 from agent.readers._timing import bounded
@@ -20,8 +21,8 @@ T = TypeVar("T")
 class Options:
     """What to read and how long each source may take."""
 
-    metrics_url: str = "http://127.0.0.1:10249"
-    healthz_url: str = "http://127.0.0.1:10256/healthz"
+    metrics_url: str = names.KUBE_PROXY_METRICS_URL
+    healthz_url: str = names.KUBE_PROXY_HEALTHZ_URL
     timeout: float = 5.0
     # Per-source time budget; None reads without one (the one-shot commands).
     budget: float | None = None

@@ -8,6 +8,16 @@ Each name is written once, here; the classifier and every view use these constan
 from __future__ import annotations
 
 IPSET_NAME_MAX = 31
+# Every kube-proxy iptables chain and ipset name starts with KUBE-; IPv6 sets with KUBE-6-.
+KUBE_PREFIX = "KUBE-"
+KUBE6_PREFIX = "KUBE-6-"
+
+# kube-proxy's two servers on the node (docs/kube-proxy-names.md#kube-proxys-endpoints-and-metrics)
+KUBE_PROXY_METRICS_URL = "http://127.0.0.1:10249"
+KUBE_PROXY_HEALTHZ_URL = "http://127.0.0.1:10256/healthz"
+# kube-proxy's program name, and hyperkube's subcommands that run it
+KUBE_PROXY_PROGRAM = "kube-proxy"
+HYPERKUBE = ("hyperkube", ("kube-proxy", "proxy"))
 
 # docs/kube-proxy-names.md#ipsets: kube-proxy's ipsetInfo, name -> set type.
 IPVS_SETS_V4: dict[str, str] = {
@@ -50,7 +60,7 @@ PRE_KUBE6_SETS: dict[str, tuple[str, ...]] = {
 
 def ipv6_set_name(name: str) -> str:
     """kube-proxy's NewIPSet(): KUBE- becomes KUBE-6-, cut to 31 characters."""
-    return name.replace("KUBE-", "KUBE-6-", 1)[:IPSET_NAME_MAX]
+    return name.replace(KUBE_PREFIX, KUBE6_PREFIX, 1)[:IPSET_NAME_MAX]
 
 
 # name -> (accepted set types, family 4/6, from an older release)
@@ -128,6 +138,11 @@ OLD_IPVS_CHAINS: dict[str, frozenset[str]] = {
 # possible owners it is reported and never touched.
 AMBIGUOUS_CHAINS: dict[str, frozenset[str]] = {"nat": frozenset({"KUBE-MARK-DROP"})}
 
+# Chains kube-proxy's modes and the kubelet's masquerade rely on by name.
+MARK_MASQ_CHAIN = "KUBE-MARK-MASQ"
+POSTROUTING_CHAIN = "KUBE-POSTROUTING"
+FORWARD_CHAIN = "KUBE-FORWARD"
+
 # kube-proxy's ipvs-mode jumps from built-in chains: (table, chain, target) -> comment.
 IPVS_JUMPS: dict[tuple[str, str, str], str] = {
     ("nat", "OUTPUT", "KUBE-SERVICES"): "kubernetes service portals",
@@ -171,9 +186,20 @@ IPTABLES_MODE_CHAINS: dict[str, frozenset[str]] = {
 }
 # Per-service chains (isServiceChainName; KUBE-XLB- is the pre-KUBE-SVL/KUBE-EXT name of the
 # externalTrafficPolicy=Local chain, which older CleanupLeftovers still hunted for). nat only.
+IPTABLES_MODE_FIREWALL_PREFIX = "KUBE-FW-"
 IPTABLES_MODE_PREFIXES: dict[str, tuple[str, ...]] = {
-    "nat": ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-"),
+    "nat": (
+        "KUBE-SVC-",
+        "KUBE-SVL-",
+        "KUBE-EXT-",
+        IPTABLES_MODE_FIREWALL_PREFIX,
+        "KUBE-SEP-",
+        "KUBE-XLB-",
+    ),
 }
+# Rules only iptables mode writes into a chain name both modes use: a drop whose comment says
+# "... traffic not accepted by KUBE-FW-...", and KUBE-FORWARD's drop of conntrack INVALID.
+IPTABLES_MODE_INVALID_DROP = (FORWARD_CHAIN, "--ctstate INVALID")
 
 # iptablesJumpChains (v1.30.3): (table, built-in chain, target) -> comment. Three are
 # byte-identical to ipvs mode's; the KUBE-PROXY-FIREWALL jumps differ in comment and ctstate.
@@ -227,16 +253,24 @@ KUBELET_CHAINS = frozenset(
 # docs/kube-proxy-names.md#kube-ipvs0-the-probe-service-sysctls
 KUBE_IPVS0 = "kube-ipvs0"
 PROBE_SERVICE = ("TCP", "198.51.100.0", 20000)  # CanUseIPVSProxier's probe virtual server
+# What strictARP (--ipvs-strict-arp) sets; reported, and reset only on request.
+ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
 
 # docs/kube-proxy-names.md#nftables-mode: kube-proxy's nftables-mode tables.
-NFTABLES_MODE_TABLES = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
+NFTABLES_TABLE = "kube-proxy"
+NFTABLES_MODE_TABLES = frozenset({("ip", NFTABLES_TABLE), ("ip6", NFTABLES_TABLE)})
+# The oldest kernel kube-proxy's nftables mode runs on (NFTablesKubeProxyKernelVersion).
+NFTABLES_MIN_KERNEL = (5, 13)
 # The chains the gate requires in such a table (docs/contract.md#the-cleanup-gate): an empty
 # `ip kube-proxy` table, or one someone else made, does not count. kube-proxy's setupNFTables
 # creates them with the table, in one transaction, on every sync, in every release from 1.29 to 1.37
 # (pkg/proxy/nftables/proxier.go: servicesChain, masqueradingChain). Not mark-for-masquerade:
 # 1.36 inlined it into masquerading (real v1.37.2, tests/data/kube-proxy-v1.37.2/README.md).
 # Nor the base chains: 1.34 renamed filter-prerouting/filter-output's pre-DNAT chains.
-NFTABLES_MODE_CHAINS = ("services", "masquerading")
+# `masquerading` tests the masquerade bit and ends in `masquerade`: how the cleanup tells that
+# nftables mode masquerades the mark a kept KUBE-MARK-MASQ sets.
+MASQUERADING_CHAIN = "masquerading"
+NFTABLES_MODE_CHAINS = ("services", MASQUERADING_CHAIN)
 # Tables iptables-nft creates; their chains are read (and classified) as iptables chains.
 IPTABLES_NFT_TABLES = frozenset(
     (fam, t) for fam in ("ip", "ip6") for t in ("nat", "filter", "mangle", "raw", "security")

@@ -7,6 +7,7 @@ read, and carries the error text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar, overload
@@ -276,6 +277,11 @@ class Kernel:
     sysctls: dict[str, str] = field(default_factory=dict)
     # True loaded, False not loaded, None unknowable (a kernel without module support)
     subsystems: dict[str, bool | None] = field(default_factory=dict)
+
+    def version(self) -> tuple[int, int] | None:
+        """(major, minor) of the release; None when it does not start with them."""
+        m = re.match(r"(\d+)\.(\d+)", self.release)
+        return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 # --- kube-proxy -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import exitcodes
+from agent import exitcodes, names
 from agent.cleanup import bundle, ipvsadm_rules, lock, restore_check
 from agent.cleanup.backup import SAVE_TOOL
 from agent.cleanup.bundle import BundleError
@@ -220,7 +220,7 @@ def _link(link: LinkRestore, undo: _Undo, say: Say) -> int:
                 with RtNetlink() as rt2:
                     rt2.delete_link(created)
 
-            undo.add("kube-ipvs0", delete)
+            undo.add(names.KUBE_IPVS0, delete)
         index = row.index
         present = consistent(lambda: _present(rt, index))
         # The kernel lists IPv6 addresses newest first and IPv4 oldest first: adding them in

@@ -21,7 +21,6 @@ from agent.cleanup import ipvsadm_rules
 from agent.cleanup.bundle import BundleError
 from agent.readers import iptables_save
 from agent.snapshot import BUILTIN_CHAINS, Ipset, IptTable
-from agent.views.plan import STRICT_ARP
 
 BACKENDS = ("legacy", "nft")
 FAMILIES = ("ipv4", "ipv6")
@@ -443,7 +442,7 @@ def check_sysctls(doc: object, removed: Removed) -> tuple[tuple[str, str], ...]:
         raise BundleError("sysctls.json must map sysctl names to values")
     out = []
     for name, value in doc.items():
-        if not _SYSCTL_NAME.fullmatch(name) or name not in STRICT_ARP:
+        if not _SYSCTL_NAME.fullmatch(name) or name not in names.ARP_SYSCTLS:
             raise BundleError(f"sysctls.json: {name!r} is not a sysctl cleanup may reset")
         if not isinstance(value, str) or removed.sysctls.get(name) != value:
             raise BundleError(f"sysctls.json: {name} is not what plan.json says it was")

@@ -11,7 +11,7 @@ import importlib
 
 import click
 
-from agent import __version__
+from agent import __version__, names
 from agent.cli.options import Seconds
 
 # command name -> "module:function"; shown in this order by --help (click sorts names)
@@ -86,14 +86,14 @@ def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.version_option(__version__, prog_name="ipvs-leftovers")
 @click.option(
     "--kube-proxy-metrics-url",
-    default="http://127.0.0.1:10249",
+    default=names.KUBE_PROXY_METRICS_URL,
     show_default=True,
     callback=_url,
     help="kube-proxy's metrics server (serves /proxyMode and /metrics).",
 )
 @click.option(
     "--kube-proxy-healthz-url",
-    default="http://127.0.0.1:10256/healthz",
+    default=names.KUBE_PROXY_HEALTHZ_URL,
     show_default=True,
     callback=_url,
     help="kube-proxy's healthz endpoint.",

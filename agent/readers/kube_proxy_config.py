@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from agent import names
 from agent.snapshot import Reading
 
 KIND = "KubeProxyConfiguration"
@@ -69,9 +70,10 @@ def is_kube_proxy(argv: list[str] | tuple[str, ...]) -> bool:
     if not argv:
         return False
     base = os.path.basename(argv[0])
-    if base == "kube-proxy":
+    if base == names.KUBE_PROXY_PROGRAM:
         return True
-    return base == "hyperkube" and len(argv) > 1 and argv[1] in ("kube-proxy", "proxy")
+    program, subcommands = names.HYPERKUBE
+    return base == program and len(argv) > 1 and argv[1] in subcommands
 
 
 def parse_flags(argv: list[str] | tuple[str, ...]) -> dict[str, str]:

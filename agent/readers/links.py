@@ -9,11 +9,12 @@ from __future__ import annotations
 import socket
 import struct
 
+from agent import names
 from agent.readers._timing import timed
 from agent.readers.netlink import NLA_HEADER, NLA_KIND, RtNetlink, consistent
 from agent.snapshot import Link, Links, Reading
 
-KUBE_IPVS0 = "kube-ipvs0"
+KUBE_IPVS0 = names.KUBE_IPVS0
 _V6_LOOPBACK = bytes(15) + b"\x01"
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 _IFADDRMSG = struct.Struct("=BBBBI")

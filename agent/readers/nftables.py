@@ -12,6 +12,7 @@ import struct
 import sys
 from collections import Counter
 
+from agent import names
 from agent.names import NFTABLES_MODE_CHAINS
 from agent.readers._timing import Absent, timed
 from agent.readers.kernel import Presence, presence
@@ -30,14 +31,12 @@ from agent.snapshot import NftSet, NftTable, Reading
 
 FAMILIES = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
 _FAMILY_NUMBERS = {v: k for k, v in FAMILIES.items()}
-# Tables whose set and map elements are counted: kube-proxy's nftables-mode tables.
-DETAILED = frozenset({("ip", "kube-proxy"), ("ip6", "kube-proxy")})
 GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM = 1, 4, 7, 10, 13
 RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
 LIST_ELEM, EXPR_NAME, EXPR_DATA = 1, 1, 2
 BITWISE_MASK, BITWISE_XOR, DATA_VALUE = 4, 5, 1
 # kube-proxy's nftables mode: `mark and M == 0 return; mark set mark xor M; masquerade`.
-MASQUERADING_CHAIN = "masquerading"
+MASQUERADING_CHAIN = names.MASQUERADING_CHAIN
 TABLE_NAME = CHAIN_TABLE = SET_TABLE = ELEM_LIST_TABLE = 1
 SET_NAME = ELEM_LIST_SET = 2
 CHAIN_NAME = 3
@@ -111,10 +110,12 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         # One small chain per kube-proxy table: cleanup needs it to keep KUBE-MARK-MASQ's
         # masquerade only where nftables mode does not masquerade the same mark
         # (docs/contract.md#cleanup).
-        marks = {key: _masquerade_mark(nft, *key) for key in tables if key in DETAILED}
+        marks = {
+            key: _masquerade_mark(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES
+        }
         # The gate needs kube-proxy's own chains in its table, not the table alone: one
         # request per chain, never a dump of the tens of thousands a large node has.
-        own = {key: _own_chains(nft, *key) for key in tables if key in DETAILED}
+        own = {key: _own_chains(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES}
         if not detail:  # the metrics need only which tables exist
             return tuple(
                 NftTable(
@@ -132,7 +133,7 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
             sets.setdefault(key, []).append((nul_text(set_name), bool(flags & SET_MAP)))
         out = []
         for family, name in tables:
-            detailed = (family, name) in DETAILED
+            detailed = (family, name) in names.NFTABLES_MODE_TABLES
             table_sets = tuple(
                 NftSet(s, is_map, _elements(nft, family, name, s) if detailed else None)
                 for s, is_map in sets.get((family, name), [])

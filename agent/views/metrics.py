@@ -8,7 +8,6 @@ the output. No node label, no timestamps, no per-object labels.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ from contextvars import ContextVar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from agent import __version__
+from agent import __version__, names
 from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_health
 from agent.collection import Collection
 from agent.readers.kernel import SUBSYSTEMS
@@ -27,7 +26,7 @@ from agent.snapshot import Ipset, IpvsService, KubeProxy
 from agent.views.checks.precheck import readiness_metrics
 
 PREFIX = "ipvs_leftovers_"
-NFTABLES_MIN_KERNEL = (5, 13)
+CLASS_LABEL = "kube-proxy"  # the IPVS counts' `class` of kube-proxy's virtual servers
 # the reader that proves a subsystem is loaded on a kernel without module support
 READINESS_DOCS = {
     "kube_proxy_mode_pinned": "1 when kube-proxy's configuration pins a proxy mode (precheck)",
@@ -35,11 +34,6 @@ READINESS_DOCS = {
     "localhost_nodeport_packets": "kube-proxy's localhost NodePort packet counter (iptables mode)",
 }
 _READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
-
-
-def kernel_ready(release: str) -> bool:
-    m = re.match(r"(\d+)\.(\d+)", release)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= NFTABLES_MIN_KERNEL  # type: ignore[union-attr]
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -66,7 +60,7 @@ def families(
     rs = _gauge(
         "ipvs_real_servers", "IPVS real servers by class of their service's owner", ("class",)
     )
-    for owner, label in ((Owner.IPVS_LEFTOVER, "kube-proxy"), (Owner.FOREIGN, "foreign")):
+    for owner, label in ((Owner.IPVS_LEFTOVER, CLASS_LABEL), (Owner.FOREIGN, "foreign")):
         svcs = [f.obj for f in c.owned_by(owner, "ipvs-service") if isinstance(f.obj, IpvsService)]
         vs.add_metric([label], len(svcs))
         rs.add_metric([label], sum(len(s.dests) for s in svcs))
@@ -137,7 +131,7 @@ def families(
     yield _value(
         "nftables_kernel_ready",
         "1 when the kernel is 5.13 or newer",
-        kernel_ready(snap.kernel.data.release),
+        (snap.kernel.data.version() or (0, 0)) >= names.NFTABLES_MIN_KERNEL,
     )
 
     sources = snap.sources()

@@ -11,11 +11,11 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from agent import names
 from agent.classify import ChainRef, Classification, Owner, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
-STRICT_ARP = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
 
 TableKey = tuple[str, str, str]  # backend, family, table
 
@@ -168,6 +168,9 @@ _MARK = re.compile(r"-j MARK (?:--set-xmark|--or-mark) (0x[0-9a-fA-F]+)")
 _NFT_FAMILY = {"ipv4": "ip", "ipv6": "ip6"}
 
 
+MASQ, POSTROUTING = names.MARK_MASQ_CHAIN, names.POSTROUTING_CHAIN
+
+
 def _masquerade_kept(
     tables: list[IptTable],
     leftover_chains: dict[TableKey, set[str]],
@@ -182,16 +185,14 @@ def _masquerade_kept(
     out: dict[tuple[TableKey, str], str] = {}
     for t in tables:
         key = _key(t)
-        if t.name != "nat" or not {"KUBE-MARK-MASQ", "KUBE-POSTROUTING"} <= leftover_chains.get(
-            key, set()
-        ):
+        if t.name != "nat" or not {MASQ, POSTROUTING} <= leftover_chains.get(key, set()):
             continue
-        if (key, "KUBE-MARK-MASQ") not in kept_chains or (key, "KUBE-POSTROUTING") in kept_chains:
+        if (key, MASQ) not in kept_chains or (key, POSTROUTING) in kept_chains:
             continue
         marks = [
             int(m.group(1), 16)
             for ch in t.chains
-            if ch.name == "KUBE-MARK-MASQ"
+            if ch.name == MASQ
             for r in ch.rules
             if (m := _MARK.search(r.text))
         ]
@@ -200,10 +201,10 @@ def _masquerade_kept(
         if len(marks) == 1 and honoured == marks[0]:
             continue
         shown = f"{honoured:#x}" if honoured is not None else "no mark"
-        out[(key, "KUBE-POSTROUTING")] = (
-            f"it masquerades what KUBE-MARK-MASQ marks, which is kept "
-            f"({kept_chains[(key, 'KUBE-MARK-MASQ')]}); nftables mode ({nft_family} kube-proxy) "
-            f"masquerades {shown}, not KUBE-MARK-MASQ's "
+        out[(key, POSTROUTING)] = (
+            f"it masquerades what {MASQ} marks, which is kept "
+            f"({kept_chains[(key, MASQ)]}); nftables mode ({nft_family} {names.NFTABLES_TABLE}) "
+            f"masquerades {shown}, not {MASQ}'s "
             f"{', '.join(f'{m:#x}' for m in marks) or 'unknown mark'}"
         )
     return out
@@ -254,7 +255,9 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
     for f in jump_findings:
         assert isinstance(f.obj, RuleRef)
         deletable.add((_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text))
-    nft_marks = {t.family: t.masquerade_mark for t in snap.nftables.data if t.name == "kube-proxy"}
+    nft_marks = {
+        t.family: t.masquerade_mark for t in snap.nftables.data if t.name == names.NFTABLES_TABLE
+    }
     kept_chains, kept_sets = _referencing(
         tables, leftover_chains, leftover_sets, deletable, nft_marks
     )
@@ -325,7 +328,7 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
                 steps.append(Step(2, "delete-link", f.name, f.evidence, link=f.obj))
 
     sysctls = snap.kernel.data.sysctls
-    for name, strict in STRICT_ARP.items():
+    for name, strict in names.ARP_SYSCTLS.items():
         if sysctls.get(name) == strict:
             if reset_arp_sysctls:
                 steps.append(

@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from agent.classify import KUBE_PROXY_CLASSES, Owner, chain_owner
 from agent.cleanup.bundle import BundleError
 from agent.cleanup.restore_check import STANDARD_TARGETS, RestorePlan, check
-from agent.names import IPVS_SETS, KUBE_IPVS0
+from agent.names import ARP_SYSCTLS, IPVS_SETS, KUBE_IPVS0
 from agent.readers.iptables_save import parse_rule
 from agent.snapshot import BUILTIN_CHAINS
-from agent.views.plan import STRICT_ARP
 from tests.fault.test_fuzz_parsers import FUZZ, mutated, outcome
 from tests.unit.test_restore_check import files
 
@@ -59,7 +58,7 @@ def _only_kube_proxys(plan: RestorePlan) -> None:
     for s in plan.services:
         assert all(line.split()[0] in ("-A", "-a") for line in s.lines)
     for name, value in plan.sysctls:
-        assert name in STRICT_ARP and value.isdigit()
+        assert name in ARP_SYSCTLS and value.isdigit()
 
 
 @FUZZ

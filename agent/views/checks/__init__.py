@@ -21,8 +21,6 @@ from agent.views.checks.common import (
     render,
 )
 from agent.views.checks.precheck import (
-    ARP_SYSCTLS,
-    NFTABLES_MIN_KERNEL,
     NodeIpHints,
     check_conntrack_invalid,
     check_foreign_ipvs,
@@ -35,7 +33,6 @@ from agent.views.checks.precheck import (
     check_nodeport_addresses,
     check_strict_arp,
     foreign_references,
-    kernel_version,
     precheck,
     primary_node_ips,
     readiness_metrics,
@@ -51,10 +48,8 @@ from agent.views.checks.verify import (
 )
 
 __all__ = [
-    "ARP_SYSCTLS",
     "Check",
     "LIST_LIMIT",
-    "NFTABLES_MIN_KERNEL",
     "NodeIpHints",
     "ProbeResult",
     "SCHEMA",
@@ -76,7 +71,6 @@ __all__ = [
     "check_strict_arp",
     "document",
     "foreign_references",
-    "kernel_version",
     "precheck",
     "primary_node_ips",
     "readiness_metrics",

@@ -9,10 +9,10 @@ the same checks (readiness_metrics).
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections import Counter
 from dataclasses import dataclass
 
+from agent import names
 from agent.classify import (
     KUBE_PROXY_CLASSES,
     Classification,
@@ -28,11 +28,6 @@ from agent.views.checks.common import (
     _check,
     _listed,
 )
-
-NFTABLES_MIN_KERNEL = (5, 13)
-
-
-ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
 
 
 @dataclass(frozen=True)
@@ -51,18 +46,13 @@ def _bare(address: str) -> str:
     return str(ipaddress.ip_address(address.split("/")[0]))
 
 
-def kernel_version(release: str) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", release)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def check_kernel(snap: Snapshot) -> Check:
     release = snap.kernel.data.release
-    version = kernel_version(release)
-    need = ".".join(map(str, NFTABLES_MIN_KERNEL))
+    version = snap.kernel.data.version()
+    need = ".".join(map(str, names.NFTABLES_MIN_KERNEL))
     if version is None:
         return _check("kernel", "warn", f"cannot read a version from kernel release {release!r}")
-    if version >= NFTABLES_MIN_KERNEL:
+    if version >= names.NFTABLES_MIN_KERNEL:
         return _check("kernel", "pass", f"kernel {release} >= {need}, nftables mode's minimum")
     return _check(
         "kernel",
@@ -323,12 +313,14 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
                 why: list[str] = []
                 target = rule.target or ""
                 if (
-                    target.startswith("KUBE-")
+                    target.startswith(names.KUBE_PREFIX)
                     and chain_owner(t.name, target)[0] is not Owner.KUBELET
                     and (_key(t), rule.chain, rule.text) not in own_jumps
                 ):
                     why.append(f"jumps to {target}")
-                why += [f"matches set {s}" for s in rule.match_sets if s.startswith("KUBE-")]
+                why += [
+                    f"matches set {s}" for s in rule.match_sets if s.startswith(names.KUBE_PREFIX)
+                ]
                 if why:
                     where = f"{t.backend}/{t.family}/{t.name}"
                     out.append(f"{where} -A {chain.name} {rule.text} ({'; '.join(why)})")
@@ -442,7 +434,7 @@ def check_strict_arp(snap: Snapshot, config: Reading[KubeProxyConfig | None]) ->
     sysctls = snap.kernel.data.sysctls
     evidence: list[str] = []
     status: Status = "pass"
-    set_now = [f"{k}={sysctls[k]}" for k, v in ARP_SYSCTLS.items() if sysctls.get(k) == v]
+    set_now = [f"{k}={sysctls[k]}" for k, v in names.ARP_SYSCTLS.items() if sysctls.get(k) == v]
     cfg = config.data if config.status == "ok" else None
     if cfg is None:
         status = "warn"
@@ -463,7 +455,7 @@ def check_strict_arp(snap: Snapshot, config: Reading[KubeProxyConfig | None]) ->
             "cleanup --reset-arp-sysctls"
         )
     else:
-        shown = [f"{k}={sysctls.get(k, '?')}" for k in ARP_SYSCTLS]
+        shown = [f"{k}={sysctls.get(k, '?')}" for k in names.ARP_SYSCTLS]
         evidence.append(f"{' '.join(shown)}: not strictARP's values")
     return _check(name, status, *evidence)
 
@@ -496,9 +488,9 @@ def readiness_metrics(
     """Gauges for `serve` (readiness, docs/contract.md#metrics); a value that cannot be known
     is left out."""
     out: dict[str, float] = {}
-    version = kernel_version(snap.kernel.data.release)
+    version = snap.kernel.data.version()
     if version is not None:
-        out["ipvs_leftovers_nftables_kernel_ready"] = float(version >= NFTABLES_MIN_KERNEL)
+        out["ipvs_leftovers_nftables_kernel_ready"] = float(version >= names.NFTABLES_MIN_KERNEL)
     pinned = check_mode_pinned(snap, config)[1]
     if pinned is not None:
         out["ipvs_leftovers_kube_proxy_mode_pinned"] = float(pinned)
