@@ -44,7 +44,7 @@ class Finding:
 
     owner: Owner
     source: str  # the reader that saw it
-    kind: str  # ipvs-service | ipset | chain | jump-rule | rule | link | nft-table
+    kind: str  # ipvs-service | ipset | chain | jump-rule | link | nft-table
     name: str  # how an operator names it
     evidence: tuple[str, ...]
     obj: object = field(compare=False, repr=False)
@@ -210,11 +210,6 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
     for s in services:
         needed |= index.sets_needed(s)
     return frozenset(needed)
-
-
-def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> Attribution:
-    """Why `svc` may be kube-proxy's, strong and weak."""
-    return IpvsEvidence.of(links, sets).of_service(svc)
 
 
 def classify_ipvs(
@@ -395,7 +390,7 @@ def _where(t: IptTable) -> str:
 
 
 def classify_rule(
-    t: IptTable, rule: IptRule, owners: dict[str, tuple[Owner, str]] | None = None
+    t: IptTable, rule: IptRule, owners: dict[str, tuple[Owner, str]]
 ) -> Finding | None:
     """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules.
 
@@ -403,7 +398,7 @@ def classify_rule(
     release or mode) belongs to its target's class and goes with it."""
     if rule.target is None or not rule.target.startswith(names.KUBE_PREFIX):
         return None
-    known = (owners or {}).get(rule.target)
+    known = owners.get(rule.target)
     owner = known[0] if known else chain_owner(t.name, rule.target)[0]
     name = f"{_where(t)} {rule.chain} -> {rule.target}"
     source = f"iptables_{t.backend}"

@@ -309,7 +309,8 @@ def _jump(block: _Block, backend: str, family: str, words: list[str], where: str
         rule = iptables_save.parse_rule(chain, text)
     except iptables_save.IptablesSaveError as exc:
         raise BundleError(f"{where}: {exc}") from exc
-    finding = classify_rule(IptTable(backend, family, block.table, ()), rule)
+    # A bundle line stands alone: the chain it jumps to is judged by its name.
+    finding = classify_rule(IptTable(backend, family, block.table, ()), rule, {})
     if finding is None or finding.owner not in KUBE_PROXY_CLASSES:
         why = finding.evidence[0] if finding else "it jumps into no kube-proxy chain"
         raise BundleError(f"{where}: not a kube-proxy jump ({why})")

@@ -128,7 +128,7 @@ def precheck(
     from agent.views.checks import precheck as run_checks
 
     common.require_permission()
-    col = common.collection(common.options(ctx), 300.0)
+    col = common.collection(common.options(ctx))
     config = kp_config.read(kube_proxy_config)
     hints = NodeIpHints(explicit=node_ip, route_sources=kp_config.route_sources())
     checks = run_checks(col.snapshot, col.classification, config, hints)

@@ -51,7 +51,7 @@ def dump_json(doc: object) -> str:
     return json.dumps(doc, indent=2 if sys.stdout.isatty() else None, sort_keys=True)
 
 
-def collection(opts: Options, max_sync_age: float, config: bool = False) -> Collection:
+def collection(opts: Options, max_sync_age: float = 0.0, config: bool = False) -> Collection:
     """One read of the node and its classification; with `config`, kube-proxy's own
     configuration too (serve's readiness gauges: its module imports yaml)."""
     from agent.classify import classify

@@ -81,12 +81,6 @@ def _ip(view: memoryview | None, family: int) -> str | None:
     return socket.inet_ntop(socket.AF_INET, view[:4])
 
 
-def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
-    """A service from one IPVS_CMD_NEW_SERVICE answer, and the key to ask for its dests."""
-    service = service_of(payload)
-    return service, service_key(service)
-
-
 def _only_attr(payload: memoryview, kind: int) -> memoryview:
     """The attribute `kind` of an answer whose only attribute it is (after the genl header),
     as the kernel sends IPVS answers; any other layout goes through attrs()."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agent.classify import Owner, classify, ipvs_service_evidence
+from collections.abc import Iterable
+
+from agent.classify import Attribution, IpvsEvidence, Owner, classify
 from agent.names import NFTABLES_MODE_CHAINS
 from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links, NftTable
 from tests.unit.builders import NOW, kube_proxy, snapshot
@@ -24,6 +26,11 @@ def owners(snap_kwargs: dict[str, object]) -> dict[str, Owner]:
 
 
 CLUSTER_IP = Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, 1, 0, ("10.96.0.1,tcp:443",))
+
+
+def ipvs_service_evidence(svc: IpvsService, links: Links, sets: Iterable[Ipset]) -> Attribution:
+    """Why `svc` may be kube-proxy's, strong and weak."""
+    return IpvsEvidence.of(links, sets).of_service(svc)
 
 
 def test_a_kube_ipvs0_address_alone_is_weak_evidence() -> None:

@@ -3,8 +3,10 @@
 import socket
 import struct
 
-from agent.readers.ipvs import parse_dest, parse_service
+from agent.readers.ipvs import parse_dest, service_of
+from agent.readers.ipvs_wire import service_key
 from agent.readers.netlink import NLA_F_NESTED, attr, attrs
+from agent.snapshot import IpvsService
 
 GENL = struct.pack("=BBH", 1, 1, 0)
 
@@ -24,6 +26,12 @@ def _service(af: int, addr: bytes, port: int, proto: int, fwmark: int = 0) -> me
         ]
     )
     return memoryview(GENL + attr(1 | NLA_F_NESTED, inner))
+
+
+def parse_service(payload: memoryview) -> tuple[IpvsService, bytes]:
+    """A service from one IPVS_CMD_NEW_SERVICE answer, and the key to ask for its dests."""
+    service = service_of(payload)
+    return service, service_key(service)
 
 
 def test_ipv6_persistent_service_and_its_dest_key() -> None:
