@@ -14,7 +14,7 @@ import functools
 import itertools
 import socket
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from agent.readers._timing import Absent, timed
 from agent.readers.ipvs_wire import (
@@ -164,24 +164,36 @@ PROC_IPVS = "/proc/net/ip_vs"
 ProcKey = tuple[str, str, int] | tuple[str, int]
 
 
-def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
-    """Real servers per virtual server in /proc/net/ip_vs (ip_vs_info_seq_show): keyed by
-    (protocol, address, port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6
-    fwmark service with one mark) is left out: the caller asks netlink for those."""
-    counts: dict[ProcKey, int] = {}
-    twice: set[ProcKey] = set()
-    current: ProcKey | None = None
+def _proc_blocks(lines: Iterable[str]) -> Iterator[tuple[list[str], list[str]]]:
+    """Each virtual server /proc/net/ip_vs lists (ip_vs_info_seq_show): the words of its line,
+    and its real servers' lines as they are. Read as the lines come, one service at a time."""
+    service: list[str] | None = None
+    dests: list[str] = []
     for line in itertools.islice(lines, 3, None):  # version, and two header lines
         if line.startswith("  ->"):
-            if current is not None:
-                counts[current] += 1
+            if service is not None:
+                dests.append(line)
             continue
-        current = _proc_service_key(line.split())
-        if current is None:
+        if service is not None:
+            yield service, dests
+        service, dests = line.split(), []
+    if service is not None:
+        yield service, dests
+
+
+def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
+    """Real servers per virtual server in /proc/net/ip_vs: keyed by (protocol, address,
+    port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6 fwmark service with one
+    mark) is left out: the caller asks netlink for those."""
+    counts: dict[ProcKey, int] = {}
+    twice: set[ProcKey] = set()
+    for words, dests in _proc_blocks(lines):
+        key = _proc_service_key(words)
+        if key is None:
             continue
-        if current in counts:
-            twice.add(current)
-        counts[current] = 0
+        if key in counts:
+            twice.add(key)
+        counts[key] = len(dests)
     for key in twice:
         del counts[key]
     return counts
@@ -198,11 +210,16 @@ def proc_dests(lines: Iterable[str]) -> dict[ProcKey, tuple[IpvsDest, ...]]:
     not listed) and a key seen twice (an IPv4 and an IPv6 fwmark service with one mark)."""
     found: dict[ProcKey, list[IpvsDest]] = {}
     dropped: set[ProcKey] = set()
-    current: ProcKey | None = None
-    for line in itertools.islice(lines, 3, None):  # version, and two header lines
-        words = line.split()
-        if line.startswith("  ->"):
-            if current is None or len(words) < 6:
+    for service, lines_of_dests in _proc_blocks(lines):
+        current = _proc_service_key(service)
+        if current is None:
+            continue
+        if current in found:
+            dropped.add(current)
+        found[current] = []
+        for line in lines_of_dests:
+            words = line.split()
+            if len(words) < 6:
                 continue
             forward = _PROC_FORWARD.get(words[2])
             if forward is None:
@@ -219,13 +236,6 @@ def proc_dests(lines: Iterable[str]) -> dict[ProcKey, tuple[IpvsDest, ...]]:
                     inactive_conns=int(words[5]),
                 )
             )
-            continue
-        current = _proc_service_key(words)
-        if current is None:
-            continue
-        if current in found:
-            dropped.add(current)
-        found[current] = []
     return {k: tuple(v) for k, v in found.items() if k not in dropped}
 
 
@@ -266,13 +276,10 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
     services: list[IpvsService] = []
     counts: list[int] = []
     seen: set[ProcKey] = set()
-    for line in itertools.islice(lines, 3, None):  # version, and two header lines
-        if line.startswith("  ->"):
+    for words, dests in _proc_blocks(lines):
+        if len(words) < 3:  # not a service line: its real servers count to the one before
             if counts:
-                counts[-1] += 1
-            continue
-        words = line.split()
-        if len(words) < 3:
+                counts[-1] += len(dests)
             continue
         if words[0] == "FWM":
             return None
@@ -286,7 +293,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         flags |= _F_ONEPACKET if "ops" in words else 0
         family = 6 if ":" in address else 4
         services.append(IpvsService(family, words[0], address, port, None, words[2], flags, 0))
-        counts.append(0)
+        counts.append(len(dests))
     return services, counts
 
 
