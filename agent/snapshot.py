@@ -112,28 +112,45 @@ class LazyDests(_DeferredDests):
         return len(self._raw)
 
 
-class CountedDests(_DeferredDests):
-    """Real servers known by their number only, fetched from the kernel on first look.
+class NotListed(LookupError):
+    """The real servers of a virtual server this reading only counted."""
+
+
+class CountedDests(Sequence[IpvsDest]):
+    """Real servers known by their number only: data, no handle on the kernel.
 
     The IPVS reader counts each virtual server's real servers in /proc/net/ip_vs, one read
     of the whole table (node_exporter's source), instead of one netlink dump per virtual
-    server: the scrape and the counts need only the number. Whatever needs the servers
-    themselves (the backup bundle, the report's detail) makes the dump then; from then on
-    the length is that of what it got.
+    server: the scrape, the counts and the plan need only the number. Whatever needs the
+    servers themselves (the backup bundle, the re-check) lists them through
+    agent.readers.ipvs.RealServers.
     """
 
-    __slots__ = ("_count", "_fetch")
+    __slots__ = ("_count",)
 
-    def __init__(self, count: int, fetch: Callable[[], tuple[IpvsDest, ...]]) -> None:
-        self._decoded = None  # _DeferredDests' state, set here: one per virtual server
+    def __init__(self, count: int) -> None:
         self._count = count
-        self._fetch = fetch
 
-    def _load(self) -> tuple[IpvsDest, ...]:
-        return self._fetch()
-
-    def _known_length(self) -> int:
+    def __len__(self) -> int:
         return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> IpvsDest: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[IpvsDest]: ...
+    def __getitem__(self, i: int | slice) -> IpvsDest | Sequence[IpvsDest]:
+        raise NotListed(f"{self._count} real servers counted, not listed, in this reading")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CountedDests):
+            return self._count == other._count
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((CountedDests, self._count))
+
+    def __repr__(self) -> str:
+        return f"CountedDests({self._count})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,14 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from agent import __version__
 from agent.cleanup import bundle, ipset_save, ipvsadm_save
 from agent.readers import ipvs, tools
-from agent.snapshot import IpvsDest, IpvsService
+from agent.snapshot import IpvsService
 from agent.views.plan import Plan, Step, TableChange
 
 SAVE_TOOL = {
@@ -88,14 +88,9 @@ def ipvsadm_rules(services: list[IpvsService], timeout: float = tools.DEFAULT_TI
     The real servers come from one read of /proc/net/ip_vs: a netlink dump per virtual
     server was more than half of the backup at 5,000 Services in the VM. A service /proc
     cannot describe exactly (a tunnel, an ambiguous fwmark) is dumped over netlink."""
-    listed = ipvs.read_proc_dests()
-
-    def dests_of(s: IpvsService) -> Sequence[IpvsDest]:
-        found = listed.get(ipvs.proc_key(s))
-        return s.dests if found is None else found
-
-    if all(ipvsadm_save.supported(s, dests_of) for s in services):
-        return ipvsadm_save.save_text(services, dests_of)
+    with ipvs.RealServers() as dests_of:
+        if all(ipvsadm_save.supported(s, dests_of) for s in services):
+            return ipvsadm_save.save_text(services, dests_of)
     saved = tools.run(["ipvsadm", "-S", "-n"], timeout=timeout)
     return filter_ipvsadm_save(saved, {ipvsadm_key(s) for s in services})
 

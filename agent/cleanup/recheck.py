@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from agent.cleanup import backup, ipvsadm_save
 from agent.readers import ipvs
-from agent.snapshot import IpvsDest, IpvsService
+from agent.snapshot import IpvsService
 from agent.views.plan import Plan
 
 _SHOWN = 80  # characters of a differing line quoted in a reason
@@ -164,19 +164,14 @@ def _ipvs_rules(services: list[IpvsService], timeout: float) -> str:
     order: ipvsadm's order (agent.cleanup.ipvsadm_save's sorts) was most of this listing's
     cost in the VM, and the comparison sorts the lines anyway. A shape the printer has no rule
     for is listed by the backup's own fallback, `ipvsadm -S -n`."""
-    listed = ipvs.read_proc_dests()
-
-    def dests_of(s: IpvsService) -> Sequence[IpvsDest]:
-        found = listed.get(ipvs.proc_key(s))
-        return s.dests if found is None else found
-
-    if not all(ipvsadm_save.supported(s, dests_of) for s in services):
-        return backup.ipvsadm_rules(services, timeout)
-    lines: list[str] = []
-    for s in services:
-        name = ipvsadm_save._service_name(s)  # noqa: SLF001 - the backup's printer, line by line
-        lines.append(ipvsadm_save._service_line(s, name))  # noqa: SLF001
-        lines += (ipvsadm_save._dest_line(name, d) for d in dests_of(s))  # noqa: SLF001
+    with ipvs.RealServers() as dests_of:
+        if not all(ipvsadm_save.supported(s, dests_of) for s in services):
+            return backup.ipvsadm_rules(services, timeout)
+        lines: list[str] = []
+        for s in services:
+            name = ipvsadm_save._service_name(s)  # noqa: SLF001 - the backup's printer
+            lines.append(ipvsadm_save._service_line(s, name))  # noqa: SLF001
+            lines += (ipvsadm_save._dest_line(name, d) for d in dests_of(s))  # noqa: SLF001
     return "".join(f"{line}\n" for line in lines)
 
 

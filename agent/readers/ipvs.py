@@ -2,7 +2,7 @@
 
 Read with agent.readers.netlink: one dump of the services, and their real servers counted in
 /proc/net/ip_vs (one read of the whole table, as node_exporter does) and dumped per service
-only when something looks at them (CountedDests). A service /proc does not show is dumped
+only when something needs them (RealServers). A service /proc does not show is dumped
 right away, as ipvsadm does. With pyroute2 the per-request cost alone made a 10,000-Service
 node take seconds. The attribute numbers are the kernel's (include/uapi/linux/ip_vs.h).
 """
@@ -324,38 +324,49 @@ def proc_key(svc: IpvsService) -> ProcKey:
     return (svc.protocol, str(svc.address), svc.port or 0)
 
 
-class _DestFetcher:
-    """One socket for the real-server dumps made on demand (CountedDests)."""
+class RealServers:
+    """The real servers of a reading's virtual servers, for what needs the servers themselves
+    (the backup bundle, the re-check): /proc/net/ip_vs read once when made, and a netlink
+    dump for a service /proc cannot describe exactly (a tunnel, an ambiguous fwmark) whose
+    reading only counted them. It owns the dump's socket: use it in a `with`.
+
+    The real servers come from /proc and not a dump per virtual server: that was more than
+    half of the backup at 5,000 Services in the VM."""
 
     def __init__(self) -> None:
+        self._listed = read_proc_dests()
+        self._dumped: dict[tuple[object, ...], tuple[IpvsDest, ...]] = {}
         self._genl: GenericNetlink | None = None
 
-    def fetch(
-        self, family: int, protocol: str, address: str | None, port: int | None, fwmark: int | None
-    ) -> tuple[IpvsDest, ...]:
-        """The real servers of the virtual server these fields name. It takes the fields, not
-        the service: a service whose dests held a callable holding the service was a
-        reference cycle, so every scrape's snapshot outlived the scrape until a full garbage
-        collection (two or more snapshots in serve's memory at once)."""
+    def __call__(self, s: IpvsService) -> Sequence[IpvsDest]:
+        found = self._listed.get(proc_key(s))
+        if found is not None:
+            return found
+        if not isinstance(s.dests, CountedDests):
+            return s.dests
+        key = (s.family, s.protocol, s.address, s.port, s.fwmark)
+        if key not in self._dumped:
+            self._dumped[key] = self._dump(s)
+        return self._dumped[key]
+
+    def _dump(self, s: IpvsService) -> tuple[IpvsDest, ...]:
         if self._genl is None:
             self._genl = GenericNetlink("IPVS")
-        af = socket.AF_INET6 if family == 6 else socket.AF_INET
-        decode = functools.partial(parse_dest, service_family=af)
-        key = key_of(family, protocol, address, port, fwmark)
+        af = socket.AF_INET6 if s.family == 6 else socket.AF_INET
+        key = key_of(s.family, s.protocol, s.address, s.port, s.fwmark)
         dump = self._genl.request(self._genl.family_id, CMD_GET_DEST, GENL_VERSION, key)
-        return tuple(decode(p) for p in dump)
+        return tuple(parse_dest(p, service_family=af) for p in dump)
 
-    def __del__(self) -> None:
+    def close(self) -> None:
         if self._genl is not None:
             self._genl.close()
+            self._genl = None
 
+    def __enter__(self) -> RealServers:
+        return self
 
-def counted(fetcher: _DestFetcher, svc: IpvsService, count: int) -> CountedDests:
-    """`count` real servers of `svc`, dumped by `fetcher` when first looked at."""
-    fetch = functools.partial(
-        fetcher.fetch, svc.family, svc.protocol, svc.address, svc.port, svc.fwmark
-    )
-    return CountedDests(count, fetch)
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def _read() -> tuple[IpvsService, ...]:
@@ -377,12 +388,11 @@ def _read() -> tuple[IpvsService, ...]:
         }
         # read after the service dump: a service added in between is dumped below
         counts = read_proc_dest_counts()
-        fetcher = _DestFetcher()
         for svc in found:
             count = counts.get(proc_key(svc))
             dests: Sequence[IpvsDest]
             if count is not None:
-                dests = counted(fetcher, svc, count)
+                dests = CountedDests(count)
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
@@ -405,9 +415,8 @@ def _read_summary() -> tuple[IpvsService, ...]:
     if parsed is None:
         return consistent(_read)
     services, counts = parsed
-    fetcher = _DestFetcher()
     for svc, count in zip(services, counts, strict=True):
-        object.__setattr__(svc, "dests", counted(fetcher, svc, count))
+        object.__setattr__(svc, "dests", CountedDests(count))
     return tuple(services)
 
 

@@ -66,22 +66,22 @@ def test_real_servers_as_listed_and_what_proc_cannot_say_left_out() -> None:
 
 
 def test_a_service_read_with_counted_dests_is_freed_without_the_cycle_collector() -> None:
-    """serve drops each scrape's snapshot: a service its own dests referred to (through the
-    fetch callable) lived on until a full collection, two snapshots or more at once."""
+    """serve drops each scrape's snapshot: a service its own dests referred to (through a
+    fetch callable, once) lived on until a full collection, two snapshots or more at once.
+    Counted real servers are a number now, with nothing that refers back."""
     import gc
 
-    from agent.readers.ipvs import _DestFetcher, counted
-    from agent.snapshot import IpvsService
+    from agent.snapshot import CountedDests, IpvsService
 
     svc = IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 2, 0)
-    object.__setattr__(svc, "dests", counted(_DestFetcher(), svc, 3))
+    object.__setattr__(svc, "dests", CountedDests(3))
     assert len(svc.dests) == 3
     gc.disable()
     try:
         before = len(gc.get_objects())
         del svc
-        # the service, its dests and the callable go by reference counting alone
-        assert len(gc.get_objects()) <= before - 3
+        # the service and its dests go by reference counting alone
+        assert len(gc.get_objects()) <= before - 2
     finally:
         gc.enable()
 

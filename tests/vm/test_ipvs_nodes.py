@@ -106,7 +106,8 @@ def test_a_read_decodes_only_the_sets_that_name_address_and_port(
 
 def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
     """A scrape only counts real servers: rendering the metrics must leave every one undecoded,
-    while the report (which names them) decodes them on demand and sees the same number."""
+    while the servers themselves, listed when something needs them (RealServers, as the backup
+    does), are as many."""
     code = (
         "from prometheus_client import CollectorRegistry, generate_latest;"
         "from agent.cli.common import collection as _collection;"
@@ -117,8 +118,11 @@ def test_a_scrape_decodes_no_real_server(netns: Callable[[], str]) -> None:
         "reg.register(AgentCollector(SharedCollection(lambda: col, 60.0)));"
         "generate_latest(reg);"
         "svcs = col.snapshot.ipvs.data;"
-        "print(sum(s.dests._decoded is not None for s in svcs), len(svcs),"
-        " sum(len(s.dests) for s in svcs), sum(len(tuple(s.dests)) for s in svcs))"
+        "from agent.readers.ipvs import RealServers;"
+        "decoded = sum(getattr(s.dests, '_decoded', None) is not None for s in svcs);"
+        "listed = RealServers();"
+        "print(decoded, len(svcs), sum(len(s.dests) for s in svcs),"
+        " sum(len(tuple(listed(s))) for s in svcs))"
     )
     out = _python_on_ipvs_node(netns, code).split()
     decoded, services, counted, decoded_count = map(int, out)

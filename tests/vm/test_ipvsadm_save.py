@@ -87,7 +87,8 @@ text = ipvsadm_rules(list(services))
 # the bundle takes real servers from /proc/net/ip_vs; only the one service with tunnels
 # (whose type, port and flags /proc does not list) is dumped over netlink
 assert dumps.count(CMD_GET_DEST) == 1, dumps.count(CMD_GET_DEST)
-unsupported = [s.key for s in services if not supported(s)]
+with ipvs.RealServers() as servers:
+    unsupported = [s.key for s in services if not supported(s, servers)]
 assert not unsupported, unsupported
 sys.stdout.write(text)
 """
