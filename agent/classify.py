@@ -13,14 +13,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from agent import names
+from agent import gate, names
+from agent.gate import Mode
 from agent.snapshot import (
     Ipset,
     IptChain,
     IptRule,
     IptTable,
     IpvsService,
-    KubeProxy,
     Links,
     NftTable,
     Snapshot,
@@ -64,17 +64,6 @@ class RuleRef:
 
     table: IptTable
     rule: IptRule
-
-
-@dataclass(frozen=True)
-class Mode:
-    """Which proxy mode kube-proxy runs, and whether the gate confirms nftables mode
-    (docs/contract.md#the-cleanup-gate)."""
-
-    detected: str  # ipvs | iptables | nftables | unknown
-    nftables_confirmed: bool
-    evidence: tuple[str, ...]  # what was seen
-    failed: tuple[str, ...] = ()  # the gate's conditions that did not hold
 
 
 @dataclass(frozen=True)
@@ -531,129 +520,6 @@ def classify_link(links: Links) -> Finding | None:
     )
 
 
-# --- mode and the nftables-mode confirmation (docs/contract.md#the-cleanup-gate) ------------------
-
-
-def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
-    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric's labels, else
-    IPv4 (plus IPv6 when IPv6 leftovers exist)."""
-    health = snap.kube_proxy.healthz.data
-    if health is not None and health.families:
-        return sorted(health.families)
-    metrics = snap.kube_proxy.metrics.data
-    if metrics is not None and any(metrics.last_sync):
-        return sorted(f for f in metrics.last_sync if f)
-    return ["IPv4", "IPv6"] if v6_leftovers else ["IPv4"]
-
-
-def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], list[str]]:
-    """(evidence, failures): kube-proxy's nftables table for each active family, holding
-    kube-proxy's own chains (names.NFTABLES_MODE_CHAINS), not merely existing."""
-    evidence: list[str] = []
-    failed: list[str] = []
-    if snap.nftables.status == "error":
-        return [], [f"could not read nftables: {snap.nftables.error}"]
-    tables = {(t.family, t.name): t for t in snap.nftables.data}
-    wanted = names.NFTABLES_MODE_CHAINS
-    for fam in families:
-        nft_family = "ip6" if fam == "IPv6" else "ip"
-        table = tables.get((nft_family, names.NFTABLES_TABLE))
-        if table is None:
-            failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
-            continue
-        missing = [c for c in wanted if c not in table.kube_proxy_chains]
-        if missing:  # an empty table, or someone else's: not kube-proxy's rules
-            failed.append(
-                f"nftables table {nft_family} kube-proxy lacks kube-proxy's chains "
-                f"{', '.join(missing)} ({fam})"
-            )
-        else:  # the same words as before the chains were required: verify's evidence
-            evidence.append(f"nftables table {nft_family} kube-proxy exists ({fam})")
-    return evidence, failed
-
-
-def kube_proxy_health(kp: KubeProxy) -> tuple[list[str], list[str]]:
-    """(evidence, failures): is kube-proxy healthy now, by its own definition?
-
-    Its health server fails only when a queued update has waited longer than its healthz
-    timeout; an idle proxier re-syncs once an hour, so an old last sync is no failure.
-    /livez says exactly that; /healthz also fails while the node is being deleted or tainted
-    ToBeDeletedByClusterAutoscaler (nodeEligible false), which says nothing of the proxier.
-    Releases without /livez are judged by /healthz alone.
-    """
-    live, health = kp.livez, kp.healthz
-    notes: list[str] = []
-    if health.status == "ok" and health.data is not None and health.data.node_eligible is False:
-        notes.append(
-            "/healthz reports nodeEligible false (node being deleted or tainted "
-            "ToBeDeletedByClusterAutoscaler): not a proxier failure"
-        )
-    if live.status == "ok" and live.data is not None:
-        if live.data.healthy:
-            return [f"/livez answers HTTP {live.data.http_status}: no update stuck", *notes], []
-        return notes, [
-            f"/livez answers HTTP {live.data.http_status}: an update has been queued longer "
-            "than kube-proxy's healthz timeout (kube-proxy is stuck)"
-        ]
-    if live.status == "error":
-        return notes, [f"/livez error: {live.error}"]
-    if health.status != "ok" or health.data is None:
-        return notes, [f"/healthz {health.status}: {health.error}"]
-    if health.data.healthy:
-        return [f"/healthz answers HTTP {health.data.http_status}: healthy"], []
-    if health.data.node_eligible is False:
-        return notes, [
-            f"/healthz answers HTTP {health.data.http_status} for an ineligible node, and this "
-            "kube-proxy serves no /livez to tell the proxier's own health"
-        ]
-    return notes, [f"/healthz answers HTTP {health.data.http_status}: unhealthy"]
-
-
-def sync_age(kp: KubeProxy, families: list[str], now: float, max_sync_age: float) -> list[str]:
-    """Failures of the opt-in bound on the last sync's age (off when `max_sync_age` is 0)."""
-    metrics = kp.metrics.data
-    if not max_sync_age or metrics is None:
-        return []
-    failed = []
-    for fam in families:
-        stamp = metrics.last_sync.get(fam, metrics.last_sync.get(""))
-        if stamp is None:
-            failed.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
-        elif (kp.read_at or now) - stamp > max_sync_age:
-            failed.append(f"metric last sync {fam} older than --max-sync-age {max_sync_age:g}s")
-    return failed
-
-
-def detect_mode(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
-    """The gate (docs/contract.md#the-cleanup-gate): /proxyMode, the tables of every active
-    family, kube-proxy's health.
-
-    The nftables-specific metric series are extra evidence when present, never required:
-    a release exposes its counters only once they first move.
-    """
-    kp = snap.kube_proxy
-    evidence: list[str] = []
-    failed: list[str] = []
-    mode = kp.proxy_mode.data if kp.proxy_mode.status == "ok" else None
-    if mode is not None:
-        evidence.append(f"/proxyMode answers {mode}")
-    else:
-        failed.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
-    detected = mode if mode in ("ipvs", "iptables", "nftables") else "unknown"
-    if mode != "nftables":
-        failed.append("kube-proxy does not say nftables")
-
-    families = active_families(snap, v6_leftovers)
-    for part in (nftables_tables(snap, families), kube_proxy_health(kp)):
-        evidence += part[0]
-        failed += part[1]
-    failed += sync_age(kp, families, now, max_sync_age)
-    metrics = kp.metrics.data
-    if metrics is not None and metrics.nftables_series:
-        evidence.append("kubeproxy_sync_proxy_rules_nftables_* series present")
-    return Mode(detected, not failed, tuple(evidence), tuple(failed))
-
-
 # --- the whole snapshot ---------------------------------------------------------------------
 
 
@@ -669,7 +535,7 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classific
         findings.append(link)
     leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
     v6 = any(is_ipv6(f) for f in findings if f.owner in KUBE_PROXY_CLASSES)
-    mode = detect_mode(snap, now, max_sync_age, v6)
+    mode = gate.confirm(snap, now, max_sync_age, v6)
     return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
 
 

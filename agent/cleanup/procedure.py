@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import exitcodes
+from agent import exitcodes, gate
 from agent.cleanup import lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
@@ -71,11 +71,7 @@ class Result:
 
 
 def gate_refusal(col: Collection) -> str | None:
-    mode = col.classification.mode
-    if mode.nftables_confirmed:
-        return None
-    reason = mode.failed[0] if mode.failed else "no evidence"
-    return f"refused: nftables mode is not confirmed ({reason}); nothing was changed"
+    return gate.refusal(col.classification.mode)
 
 
 def plan_for(col: Collection, settings: Settings) -> Plan:

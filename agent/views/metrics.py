@@ -18,8 +18,8 @@ from contextvars import ContextVar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from agent import __version__, names
-from agent.classify import ChainRef, Owner, RuleRef, ipset_family, kube_proxy_health
+from agent import __version__, gate, names
+from agent.classify import ChainRef, Owner, RuleRef, ipset_family
 from agent.collection import Collection
 from agent.readers.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService, KubeProxy
@@ -119,14 +119,14 @@ def families(
         "1 when the cleanup gate would pass",
         c.mode.nftables_confirmed,
     )
-    kp = snap.kube_proxy
-    if kp.livez.status == "ok" or kp.healthz.status == "ok":
+    healthy = gate.healthy(snap.kube_proxy)
+    if healthy is not None:
         # The gate's own definition, so the alert on it agrees with cleanup and verify; left
         # out while kube-proxy cannot be reached (kube_proxy_mode_info says unknown then).
         yield _value(
             "kube_proxy_healthy",
             "1 when kube-proxy is healthy by its own definition (/livez, else /healthz)",
-            not kube_proxy_health(kp)[1],
+            healthy,
         )
     yield _value(
         "nftables_kernel_ready",

@@ -10,15 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from agent import names
-from agent.classify import (
-    Classification,
-    active_families,
-    is_ipv6,
-    kube_proxy_health,
-    nftables_tables,
-    sync_age,
-)
+from agent import gate, names
+from agent.classify import Classification
 from agent.snapshot import Snapshot
 from agent.views.checks.common import (
     Check,
@@ -39,23 +32,20 @@ class ProbeResult:
     detail: str  # "connected in 0.003s" / "connection refused" / why there is no target
 
 
-def _families(snap: Snapshot, c: Classification) -> list[str]:
-    return active_families(snap, any(is_ipv6(f) for f in c.removable))
-
-
 def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
     """The mode part of the gate (docs/contract.md#the-cleanup-gate): /proxyMode and the tables
     of every active family."""
     kp = snap.kube_proxy
     ok: list[str] = []
     bad: list[str] = []
-    if kp.proxy_mode.status != "ok":
+    mode = gate.proxy_mode(kp)
+    if mode is None:
         bad.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
-    elif kp.proxy_mode.data == "nftables":
+    elif mode == "nftables":
         ok.append("/proxyMode answers nftables")
     else:
-        bad.append(f"/proxyMode answers {kp.proxy_mode.data}, not nftables")
-    found, missing = nftables_tables(snap, _families(snap, c))
+        bad.append(f"/proxyMode answers {mode}, not nftables")
+    found, missing = gate.nftables_tables(snap, list(c.mode.families))
     m = kp.metrics.data
     if m is not None and m.nftables_series:
         found.append("/metrics has the kubeproxy_sync_proxy_rules_nftables_* series")
@@ -123,8 +113,8 @@ def check_nftables_sync(
 ) -> Check:
     """kube-proxy healthy by its own definition (the gate's), and no failed nftables sync."""
     kp = snap.kube_proxy
-    ok, bad = kube_proxy_health(kp)
-    bad += sync_age(kp, _families(snap, c), now, max_sync_age)
+    ok, bad = gate.health(kp)
+    bad += gate.sync_age(kp, list(c.mode.families), now, max_sync_age)
     m = kp.metrics
     if m.status != "ok" or m.data is None:
         bad.append(f"/metrics {m.status}: {m.error}")
