@@ -66,13 +66,26 @@ class RuleRef:
     rule: IptRule
 
 
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A rule that names a KUBE-* chain (its jump target) or KUBE-* sets (its matches): what
+    the plan and precheck ask when they look for state that still uses kube-proxy's objects."""
+
+    table: IptTable
+    chain: str  # the chain the rule is in
+    owner: Owner | None  # that chain's owner; None for a built-in chain
+    rule: IptRule
+
+
 @dataclass(frozen=True)
 class Classification:
-    """Every finding, the mode, and whether ipvs-mode leftovers are stale."""
+    """Every finding, the mode, whether ipvs-mode leftovers are stale, and every rule that
+    references a KUBE-* chain or set (in the order of the tables, chains and rules read)."""
 
     findings: tuple[Finding, ...]
     mode: Mode
     stale: bool
+    references: tuple[Reference, ...] = ()
 
     def owned_by(self, owner: Owner, kind: str | None = None) -> list[Finding]:
         return [f for f in self.findings if f.owner is owner and (kind is None or f.kind == kind)]
@@ -428,9 +441,35 @@ def classify_rule(
     )
 
 
-def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
+def _index(
+    t: IptTable, kinds: dict[str, Owner], found: list[Reference]
+) -> dict[str, list[IptRule]]:
+    """One walk of a table's rules: each rule naming a KUBE-* chain or set goes into `found`;
+    returned, the rules of its non-built-in chains by the chain they jump to."""
+    by_target: dict[str, list[IptRule]] = {}
+    for chain in t.chains:
+        owner = None if chain.builtin else kinds.get(chain.name)
+        for rule in chain.rules:
+            target = rule.target
+            if target is not None and not chain.builtin:
+                by_target.setdefault(target, []).append(rule)
+            if (target is not None and target.startswith(names.KUBE_PREFIX)) or any(
+                s.startswith(names.KUBE_PREFIX) for s in rule.match_sets
+            ):
+                found.append(Reference(t, chain.name, owner, rule))
+    return by_target
+
+
+def classify_iptables(
+    tables: Iterable[IptTable], references: list[Reference] | None = None
+) -> Iterator[Finding]:
+    """Every chain and every jump from a built-in chain into a Kubernetes chain; the rules that
+    reference KUBE-* chains or sets are added to `references`."""
+    found = [] if references is None else references
     for t in tables:
         owners = table_owners(t)
+        kinds = {n: o for n, (o, _) in owners.items()}
+        by_target = _index(t, kinds, found)
         for chain in t.chains:
             if chain.builtin:
                 for rule in chain.rules:
@@ -440,7 +479,7 @@ def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
                 continue
             owner, why = owners[chain.name]
             evidence = [why]
-            refs = foreign_references(t, chain, {n: o for n, (o, _) in owners.items()})
+            refs = _referrers(chain.name, by_target.get(chain.name, []), kinds)
             evidence += [f"referenced by {r.chain}: {r.text}" for r in refs]
             yield Finding(
                 owner,
@@ -452,8 +491,8 @@ def classify_iptables(tables: Iterable[IptTable]) -> Iterator[Finding]:
             )
 
 
-def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) -> list[IptRule]:
-    """Rules in non-built-in chains of another owner that jump into `chain`.
+def _referrers(chain: str, jumps: list[IptRule], kinds: dict[str, Owner]) -> list[IptRule]:
+    """Of the rules of non-built-in chains that jump into `chain`, those of another owner.
 
     kube-proxy's two modes are one owner here: an iptables-mode KUBE-SVC-* chain jumping to an
     ipvs-mode KUBE-MARK-MASQ is kube-proxy referencing itself, and both go."""
@@ -461,14 +500,8 @@ def foreign_references(t: IptTable, chain: IptChain, kinds: dict[str, Owner]) ->
     def group(o: Owner | None) -> object:
         return KUBE_PROXY_CLASSES if o in KUBE_PROXY_CLASSES else o
 
-    own = group(kinds.get(chain.name))
-    return [
-        r
-        for c in t.chains
-        if not c.builtin and group(kinds.get(c.name)) != own
-        for r in c.rules
-        if r.target == chain.name
-    ]
+    own = group(kinds.get(chain))
+    return [r for r in jumps if group(kinds.get(r.chain)) != own]
 
 
 # --- nftables and links ---------------------------------------------------------------------
@@ -527,8 +560,9 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classific
     findings: list[Finding] = []
     findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
     findings += (classify_ipset(s) for s in snap.ipsets.data)
-    findings += classify_iptables(snap.iptables_legacy.data)
-    findings += classify_iptables(snap.iptables_nft.data)
+    references: list[Reference] = []
+    findings += classify_iptables(snap.iptables_legacy.data, references)
+    findings += classify_iptables(snap.iptables_nft.data, references)
     findings += filter(None, (classify_nft_table(t) for t in snap.nftables.data))
     link = classify_link(snap.links.data)
     if link is not None:
@@ -536,7 +570,12 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classific
     leftovers = [f for f in findings if f.owner is Owner.IPVS_LEFTOVER]
     v6 = any(is_ipv6(f) for f in findings if f.owner in KUBE_PROXY_CLASSES)
     mode = gate.confirm(snap, now, max_sync_age, v6)
-    return Classification(tuple(findings), mode, stale=mode.nftables_confirmed and bool(leftovers))
+    return Classification(
+        tuple(findings),
+        mode,
+        stale=mode.nftables_confirmed and bool(leftovers),
+        references=tuple(references),
+    )
 
 
 def is_ipv6(f: Finding) -> bool:

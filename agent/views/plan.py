@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from agent import names
-from agent.classify import ChainRef, Classification, Owner, RuleRef
+from agent.classify import ChainRef, Classification, Owner, Reference, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
@@ -119,30 +119,32 @@ def _key(t: IptTable) -> TableKey:
 
 def _referencing(
     tables: list[IptTable],
+    references: tuple[Reference, ...],
     leftover_chains: dict[TableKey, set[str]],
     leftover_sets: set[str],
     deletable_jumps: set[tuple[TableKey, str, str]],
     nft_marks: dict[str, int | None],
 ) -> tuple[dict[tuple[TableKey, str], str], dict[str, str]]:
-    """Chains and sets that state not being removed still references, with the reason."""
+    """Chains and sets that state not being removed still references, with the reason: from
+    the classifier's references (every rule naming a KUBE-* chain or set; kube-proxy's chains
+    and sets all have such names)."""
     kept_chains: dict[tuple[TableKey, str], str] = {}
     kept_sets: dict[str, str] = {}
     edges: dict[tuple[TableKey, str], list[IptRule]] = defaultdict(list)
-    for t in tables:
-        mine = leftover_chains.get(_key(t), set())
-        for chain in t.chains:
-            for rule in chain.rules:
-                if chain.name in mine:
-                    edges[(_key(t), chain.name)].append(rule)
-                    continue
-                if (_key(t), chain.name, rule.text) in deletable_jumps:
-                    continue
-                where = f"{'/'.join(_key(t))} -A {chain.name} {rule.text}"
-                if rule.target in mine:
-                    kept_chains.setdefault((_key(t), rule.target), f"referenced by {where}")
-                for s in rule.match_sets:
-                    if s in leftover_sets:
-                        kept_sets.setdefault(s, f"referenced by {where}")
+    for ref in references:
+        table, rule = _key(ref.table), ref.rule
+        mine = leftover_chains.get(table, set())
+        if ref.chain in mine:
+            edges[(table, ref.chain)].append(rule)
+            continue
+        if (table, ref.chain, rule.text) in deletable_jumps:
+            continue
+        where = f"{'/'.join(table)} -A {ref.chain} {rule.text}"
+        if rule.target in mine:
+            kept_chains.setdefault((table, rule.target), f"referenced by {where}")
+        for s in rule.match_sets:
+            if s in leftover_sets:
+                kept_sets.setdefault(s, f"referenced by {where}")
     # A kept chain keeps its rules, so whatever they reference is kept as well; a kept
     # KUBE-MARK-MASQ may keep KUBE-POSTROUTING, whose rules then keep what they reference.
     todo = list(kept_chains)
@@ -259,7 +261,7 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
         t.family: t.masquerade_mark for t in snap.nftables.data if t.name == names.NFTABLES_TABLE
     }
     kept_chains, kept_sets = _referencing(
-        tables, leftover_chains, leftover_sets, deletable, nft_marks
+        tables, c.references, leftover_chains, leftover_sets, deletable, nft_marks
     )
 
     for t in tables:

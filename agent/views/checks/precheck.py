@@ -281,12 +281,6 @@ def check_conntrack_invalid(snap: Snapshot) -> Check:
     )
 
 
-def _kube_proxy_chain(table: str, chain: str) -> bool:
-    """A chain kube-proxy (ipvs or iptables mode) made: nftables mode's start removes it, so
-    its references to KUBE-* chains are kube-proxy's own."""
-    return chain_owner(table, chain)[0] in KUBE_PROXY_CLASSES
-
-
 def _key(t: IptTable) -> tuple[str, str, str]:
     return (t.backend, t.family, t.name)
 
@@ -301,29 +295,22 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
         and (f.owner in KUBE_PROXY_CLASSES or f.owner is Owner.KUBELET)
     }
     out: list[str] = []
-    tables: list[IptTable] = [*snap.iptables_legacy.data, *snap.iptables_nft.data]
-    for t in tables:
-        for chain in t.chains:
-            if not chain.builtin and (
-                _kube_proxy_chain(t.name, chain.name)
-                or chain_owner(t.name, chain.name)[0] is Owner.KUBELET
-            ):
-                continue
-            for rule in chain.rules:
-                why: list[str] = []
-                target = rule.target or ""
-                if (
-                    target.startswith(names.KUBE_PREFIX)
-                    and chain_owner(t.name, target)[0] is not Owner.KUBELET
-                    and (_key(t), rule.chain, rule.text) not in own_jumps
-                ):
-                    why.append(f"jumps to {target}")
-                why += [
-                    f"matches set {s}" for s in rule.match_sets if s.startswith(names.KUBE_PREFIX)
-                ]
-                if why:
-                    where = f"{t.backend}/{t.family}/{t.name}"
-                    out.append(f"{where} -A {chain.name} {rule.text} ({'; '.join(why)})")
+    for ref in c.references:  # the classifier's: every rule naming a KUBE-* chain or set
+        if ref.owner in KUBE_PROXY_CLASSES or ref.owner is Owner.KUBELET:
+            continue  # kube-proxy's or the kubelet's own chain
+        t, rule = ref.table, ref.rule
+        why: list[str] = []
+        target = rule.target or ""
+        if (
+            target.startswith(names.KUBE_PREFIX)
+            and chain_owner(t.name, target)[0] is not Owner.KUBELET
+            and (_key(t), rule.chain, rule.text) not in own_jumps
+        ):
+            why.append(f"jumps to {target}")
+        why += [f"matches set {s}" for s in rule.match_sets if s.startswith(names.KUBE_PREFIX)]
+        if why:
+            where = f"{t.backend}/{t.family}/{t.name}"
+            out.append(f"{where} -A {ref.chain} {rule.text} ({'; '.join(why)})")
     return out
 
 
