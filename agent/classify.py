@@ -12,6 +12,7 @@ import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Generic, Literal, TypeVar
 
 from agent import gate, names
 from agent.gate import Mode
@@ -21,6 +22,7 @@ from agent.snapshot import (
     IptRule,
     IptTable,
     IpvsService,
+    Link,
     Links,
     NftTable,
     Snapshot,
@@ -36,18 +38,6 @@ class Owner(StrEnum):
     # created by kube-proxy's iptables mode on a node that ran it before or between
     # (docs/contract.md#ownership)
     IPTABLES_LEFTOVER = "iptables-leftover"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One object seen on the node, in one ownership class, with the evidence."""
-
-    owner: Owner
-    source: str  # the reader that saw it
-    kind: str  # ipvs-service | ipset | chain | jump-rule | link | nft-table
-    name: str  # how an operator names it
-    evidence: tuple[str, ...]
-    obj: object = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -66,6 +56,33 @@ class RuleRef:
     rule: IptRule
 
 
+# What a finding is about, by its kind: one type each.
+Kind = Literal["ipvs-service", "ipset", "chain", "jump-rule", "link", "nft-table"]
+S = TypeVar("S", IpvsService, Ipset, ChainRef, RuleRef, Link, NftTable)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(Generic[S]):
+    """One object seen on the node, in one ownership class, with the evidence."""
+
+    owner: Owner
+    source: str  # the reader that saw it
+    kind: Kind
+    name: str  # how an operator names it
+    evidence: tuple[str, ...]
+    obj: S = field(compare=False, repr=False)
+
+
+AnyFinding = (
+    Finding[IpvsService]
+    | Finding[Ipset]
+    | Finding[ChainRef]
+    | Finding[RuleRef]
+    | Finding[Link]
+    | Finding[NftTable]
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Reference:
     """A rule that names a KUBE-* chain (its jump target) or KUBE-* sets (its matches): what
@@ -82,24 +99,31 @@ class Classification:
     """Every finding, the mode, whether ipvs-mode leftovers are stale, and every rule that
     references a KUBE-* chain or set (in the order of the tables, chains and rules read)."""
 
-    findings: tuple[Finding, ...]
+    findings: tuple[AnyFinding, ...]
     mode: Mode
     stale: bool
     references: tuple[Reference, ...] = ()
 
-    def owned_by(self, owner: Owner, kind: str | None = None) -> list[Finding]:
+    def owned_by(self, owner: Owner, kind: Kind | None = None) -> list[AnyFinding]:
         return [f for f in self.findings if f.owner is owner and (kind is None or f.kind == kind)]
 
+    def of(self, cls: type[S], *owners: Owner) -> list[Finding[S]]:
+        """The findings about a `cls` (one kind), of these owners (of every owner when none is
+        given), in reading order."""
+        return [
+            f for f in self.findings if isinstance(f.obj, cls) and (not owners or f.owner in owners)
+        ]
+
     @property
-    def leftovers(self) -> list[Finding]:
+    def leftovers(self) -> list[AnyFinding]:
         return self.owned_by(Owner.IPVS_LEFTOVER)
 
     @property
-    def iptables_leftovers(self) -> list[Finding]:
+    def iptables_leftovers(self) -> list[AnyFinding]:
         return self.owned_by(Owner.IPTABLES_LEFTOVER)
 
     @property
-    def removable(self) -> list[Finding]:
+    def removable(self) -> list[AnyFinding]:
         """What cleanup removes: kube-proxy's objects of both modes it left
         (docs/contract.md#ownership)."""
         return [f for f in self.findings if f.owner in KUBE_PROXY_CLASSES]
@@ -216,7 +240,7 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
 
 def classify_ipvs(
     services: Iterable[IpvsService], links: Links, sets: tuple[Ipset, ...]
-) -> Iterator[Finding]:
+) -> Iterator[Finding[IpvsService]]:
     index = IpvsEvidence.of(links, sets)
     for svc in services:
         why = index.of_service(svc)
@@ -236,7 +260,7 @@ def classify_ipvs(
 # --- ipsets ---------------------------------------------------------------------------------
 
 
-def classify_ipset(s: Ipset) -> Finding:
+def classify_ipset(s: Ipset) -> Finding[Ipset]:
     known = names.IPVS_SETS.get(s.name)
     if known is not None:
         types, family, old = known
@@ -393,7 +417,7 @@ def _where(t: IptTable) -> str:
 
 def classify_rule(
     t: IptTable, rule: IptRule, owners: dict[str, tuple[Owner, str]]
-) -> Finding | None:
+) -> Finding[RuleRef] | None:
     """A rule in a built-in chain that jumps into a Kubernetes chain; None for other rules.
 
     A jump kube-proxy writes (its comment, from that built-in chain to that target, in any
@@ -462,7 +486,7 @@ def _index(
 
 def classify_iptables(
     tables: Iterable[IptTable], references: list[Reference] | None = None
-) -> Iterator[Finding]:
+) -> Iterator[Finding[ChainRef] | Finding[RuleRef]]:
     """Every chain and every jump from a built-in chain into a Kubernetes chain; the rules that
     reference KUBE-* chains or sets are added to `references`."""
     found = [] if references is None else references
@@ -507,7 +531,7 @@ def _referrers(chain: str, jumps: list[IptRule], kinds: dict[str, Owner]) -> lis
 # --- nftables and links ---------------------------------------------------------------------
 
 
-def classify_nft_table(t: NftTable) -> Finding | None:
+def classify_nft_table(t: NftTable) -> Finding[NftTable] | None:
     key = (t.family, t.name)
     if key in names.IPTABLES_NFT_TABLES:
         return None  # iptables-nft's tables: their chains are classified as iptables chains
@@ -530,7 +554,7 @@ def classify_nft_table(t: NftTable) -> Finding | None:
     )
 
 
-def classify_link(links: Links) -> Finding | None:
+def classify_link(links: Links) -> Finding[Link] | None:
     link = links.kube_ipvs0
     if link is None:
         return None
@@ -557,7 +581,7 @@ def classify_link(links: Links) -> Finding | None:
 
 
 def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classification:
-    findings: list[Finding] = []
+    findings: list[AnyFinding] = []
     findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
     findings += (classify_ipset(s) for s in snap.ipsets.data)
     references: list[Reference] = []
@@ -578,9 +602,13 @@ def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classific
     )
 
 
-def is_ipv6(f: Finding) -> bool:
-    if isinstance(f.obj, Ipset):
-        return ipset_family(f.obj) == "ipv6"
-    if f.kind == "ipvs-service":
-        return isinstance(f.obj, IpvsService) and f.obj.family == 6
-    return f.source.startswith("iptables") and "/ipv6/" in f.name
+def is_ipv6(f: AnyFinding) -> bool:
+    """Whether a finding is of the IPv6 family, from the object it holds."""
+    obj = f.obj
+    if isinstance(obj, Ipset):
+        return ipset_family(obj) == "ipv6"
+    if isinstance(obj, IpvsService):
+        return obj.family == 6
+    if isinstance(obj, ChainRef | RuleRef):
+        return obj.table.family == "ipv6"
+    return False

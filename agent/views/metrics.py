@@ -61,7 +61,7 @@ def families(
         "ipvs_real_servers", "IPVS real servers by class of their service's owner", ("class",)
     )
     for owner, label in ((Owner.IPVS_LEFTOVER, CLASS_LABEL), (Owner.FOREIGN, "foreign")):
-        svcs = [f.obj for f in c.owned_by(owner, "ipvs-service") if isinstance(f.obj, IpvsService)]
+        svcs = [f.obj for f in c.of(IpvsService, owner)]
         vs.add_metric([label], len(svcs))
         rs.add_metric([label], sum(len(s.dests) for s in svcs))
     yield vs
@@ -71,10 +71,9 @@ def families(
     entries = _gauge("ipset_entries", "Entries in kube-proxy ipvs-mode ipsets", ("family",))
     n_sets: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
     n_entries: Counter[str] = Counter({"ipv4": 0, "ipv6": 0})
-    for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipset"):
-        if isinstance(f.obj, Ipset):
-            n_sets[ipset_family(f.obj)] += 1
-            n_entries[ipset_family(f.obj)] += f.obj.elements
+    for s in c.of(Ipset, Owner.IPVS_LEFTOVER):
+        n_sets[ipset_family(s.obj)] += 1
+        n_entries[ipset_family(s.obj)] += s.obj.elements
     for fam in ("ipv4", "ipv6"):
         sets.add_metric([fam], n_sets[fam])
         entries.add_metric([fam], n_entries[fam])
@@ -84,12 +83,13 @@ def families(
     chains: Counter[tuple[str, str, str]] = Counter()
     rules: Counter[tuple[str, str, str]] = Counter()
     for f in c.owned_by(Owner.IPVS_LEFTOVER):
-        if isinstance(f.obj, ChainRef):
-            key = (f.obj.table.backend, f.obj.table.family, f.obj.table.name)
+        obj = f.obj
+        if isinstance(obj, ChainRef):
+            key = (obj.table.backend, obj.table.family, obj.table.name)
             chains[key] += 1
-            rules[key] += len(f.obj.chain.rules)
-        elif isinstance(f.obj, RuleRef):
-            rules[(f.obj.table.backend, f.obj.table.family, f.obj.table.name)] += 1
+            rules[key] += len(obj.chain.rules)
+        elif isinstance(obj, RuleRef):
+            rules[(obj.table.backend, obj.table.family, obj.table.name)] += 1
     labels = ("backend", "family", "table")
     g = _gauge("iptables_chains", "kube-proxy ipvs-mode iptables chains present", labels)
     for key in sorted(chains):
@@ -101,9 +101,8 @@ def families(
     yield g
 
     modes: Counter[tuple[str, str, str]] = Counter()
-    for f in c.owned_by(Owner.IPTABLES_LEFTOVER, "chain"):
-        if isinstance(f.obj, ChainRef):
-            modes[(f.obj.table.backend, f.obj.table.family, f.obj.table.name)] += 1
+    for ch in c.of(ChainRef, Owner.IPTABLES_LEFTOVER):
+        modes[(ch.obj.table.backend, ch.obj.table.family, ch.obj.table.name)] += 1
     g = _gauge("iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", labels)
     for key in sorted(modes):
         g.add_metric(list(key), modes[key])

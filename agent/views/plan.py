@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from agent import names
-from agent.classify import ChainRef, Classification, Owner, Reference, RuleRef
+from agent.classify import KUBE_PROXY_CLASSES, ChainRef, Classification, Owner, Reference, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
@@ -221,9 +221,8 @@ def _services_on(link: Link, c: Classification) -> list[str]:
     bound = {a.split("/", 1)[0] for a in link.addresses}
     return [
         f.name
-        for f in c.findings
+        for f in c.of(IpvsService)
         if f.owner is not Owner.IPVS_LEFTOVER
-        and isinstance(f.obj, IpvsService)
         and f.obj.address is not None
         and f.obj.address in bound
     ]
@@ -232,31 +231,24 @@ def _services_on(link: Link, c: Classification) -> list[str]:
 def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False) -> Plan:
     steps: list[Step] = []
     kept: list[Kept] = []
-    leftovers = c.leftovers
-
-    for f in leftovers:
-        if isinstance(f.obj, IpvsService):
-            steps.append(Step(1, "delete-ipvs-service", f.name, f.evidence, service=f.obj))
+    for svc in c.of(IpvsService, Owner.IPVS_LEFTOVER):
+        steps.append(Step(1, "delete-ipvs-service", svc.name, svc.evidence, service=svc.obj))
 
     tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
     # iptables mode's chains and jumps go in the same per-table step as ipvs mode's: to each
     # other they are kube-proxy's own references, never foreign ones (docs/contract.md#ownership).
-    removable = c.removable
-    chain_findings = [f for f in removable if isinstance(f.obj, ChainRef)]
-    jump_findings = [f for f in removable if isinstance(f.obj, RuleRef)]
     leftover_chains: dict[TableKey, set[str]] = defaultdict(set)
     mode_of: dict[tuple[TableKey, str], str] = {}
-    for f in chain_findings:
-        assert isinstance(f.obj, ChainRef)
+    for f in c.of(ChainRef, *KUBE_PROXY_CLASSES):
         leftover_chains[_key(f.obj.table)].add(f.obj.chain.name)
         mode = "ipvs-mode" if f.owner is Owner.IPVS_LEFTOVER else "iptables-mode"
         mode_of[(_key(f.obj.table), f.obj.chain.name)] = mode
-    set_findings = [f for f in leftovers if isinstance(f.obj, Ipset)]
+    set_findings = c.of(Ipset, Owner.IPVS_LEFTOVER)
     leftover_sets = {f.name for f in set_findings}
-    deletable = set()
-    for f in jump_findings:
-        assert isinstance(f.obj, RuleRef)
-        deletable.add((_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text))
+    deletable = {
+        (_key(j.obj.table), j.obj.rule.chain, j.obj.rule.text)
+        for j in c.of(RuleRef, *KUBE_PROXY_CLASSES)
+    }
     nft_marks = {
         t.family: t.masquerade_mark for t in snap.nftables.data if t.name == names.NFTABLES_TABLE
     }
@@ -313,21 +305,19 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
         ]
         steps.append(Step(3, "iptables-table", "/".join(key), tuple(evidence), table=change))
 
-    for f in set_findings:
-        assert isinstance(f.obj, Ipset)
-        if f.name in kept_sets:
-            kept.append(Kept("ipset", f.name, kept_sets[f.name]))
+    for ipset in set_findings:
+        if ipset.name in kept_sets:
+            kept.append(Kept("ipset", ipset.name, kept_sets[ipset.name]))
         else:
-            steps.append(Step(4, "destroy-ipset", f.name, f.evidence, ipset=f.obj))
+            steps.append(Step(4, "destroy-ipset", ipset.name, ipset.evidence, ipset=ipset.obj))
 
-    for f in leftovers:
-        if isinstance(f.obj, Link):
-            users = _services_on(f.obj, c)
-            if users:
-                why = f"{len(users)} IPVS service(s) not removed use its addresses: "
-                kept.append(Kept("link", f.name, why + ", ".join(users[:3])))
-            else:
-                steps.append(Step(2, "delete-link", f.name, f.evidence, link=f.obj))
+    for link in c.of(Link, Owner.IPVS_LEFTOVER):
+        users = _services_on(link.obj, c)
+        if users:
+            why = f"{len(users)} IPVS service(s) not removed use its addresses: "
+            kept.append(Kept("link", link.name, why + ", ".join(users[:3])))
+        else:
+            steps.append(Step(2, "delete-link", link.name, link.evidence, link=link.obj))
 
     sysctls = snap.kernel.data.sysctls
     for name, strict in names.ARP_SYSCTLS.items():

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agent import __version__, exitcodes
-from agent.classify import ChainRef, Classification, Finding, Owner, ipset_family
+from agent.classify import (
+    AnyFinding,
+    ChainRef,
+    Classification,
+    Finding,
+    Owner,
+    RuleRef,
+    ipset_family,
+)
 from agent.snapshot import Ipset, IpvsService, Link, NftTable, Snapshot
 
 SCHEMA = 1
@@ -16,8 +25,7 @@ def _chain_rows(
     c: Classification, owner: Owner = Owner.IPVS_LEFTOVER
 ) -> tuple[list[dict[str, Any]], int]:
     rows = []
-    for f in c.owned_by(owner, "chain"):
-        assert isinstance(f.obj, ChainRef)
+    for f in c.of(ChainRef, owner):
         table, chain = f.obj.table, f.obj.chain
         rows.append(
             {
@@ -28,28 +36,27 @@ def _chain_rows(
                 "rules": len(chain.rules),
             }
         )
-    return rows, len(c.owned_by(owner, "jump-rule"))
+    return rows, len(c.of(RuleRef, owner))
 
 
-def _ipvs_counts(findings: list[Finding]) -> dict[str, int]:
-    services = [f.obj for f in findings if isinstance(f.obj, IpvsService)]
+def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, int]:
+    services = [f.obj for f in findings]
     return {
         "ipvs_virtual_servers": len(services),
         "ipvs_real_servers": sum(len(s.dests) for s in services),
     }
 
 
-def _by_family(findings: list[Finding], value: Any) -> dict[str, int]:
+def _by_family(findings: list[Finding[Ipset]], value: Callable[[Ipset], int]) -> dict[str, int]:
     out = {"ipv4": 0, "ipv6": 0}
     for f in findings:
-        assert isinstance(f.obj, Ipset)
         out[ipset_family(f.obj)] += value(f.obj)
     return out
 
 
 def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
     """The stable `audit --json` document."""
-    sets = c.owned_by(Owner.IPVS_LEFTOVER, "ipset")
+    sets = c.of(Ipset, Owner.IPVS_LEFTOVER)
     chains, jumps = _chain_rows(c)
     ipt_chains, ipt_jumps = _chain_rows(c, Owner.IPTABLES_LEFTOVER)
     link = snap.links.data.kube_ipvs0
@@ -68,7 +75,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             for name, r in snap.sources().items()
         },
         "leftovers": {
-            **_ipvs_counts(c.owned_by(Owner.IPVS_LEFTOVER, "ipvs-service")),
+            **_ipvs_counts(c.of(IpvsService, Owner.IPVS_LEFTOVER)),
             "kube_ipvs0": {
                 "present": link is not None,
                 "kind": link.kind if link else None,
@@ -83,7 +90,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             "iptables_chains": chains,
             "iptables_jump_rules": jumps,
         },
-        "foreign": _ipvs_counts(c.owned_by(Owner.FOREIGN, "ipvs-service")),
+        "foreign": _ipvs_counts(c.of(IpvsService, Owner.FOREIGN)),
         # kube-proxy iptables mode's chains (docs/contract.md#ownership), apart from the
         # ipvs-mode counts above
         "iptables_leftovers": {"chains": ipt_chains, "jump_rules": ipt_jumps},
@@ -95,8 +102,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
                     "chains": f.obj.chains,
                     "sets": {s.name: s.elements for s in f.obj.sets},
                 }
-                for f in c.owned_by(Owner.NFTABLES_MODE)
-                if isinstance(f.obj, NftTable)
+                for f in c.of(NftTable, Owner.NFTABLES_MODE)
             ]
         },
         "stale": c.stale,
@@ -156,7 +162,7 @@ def _iptables_mode_note(c: Classification) -> str:
     return f"; {m} iptables-mode objects left over (cleanup removes them too)"
 
 
-def _describe(f: Finding) -> str:
+def _describe(f: AnyFinding) -> str:
     obj = f.obj
     if isinstance(obj, IpvsService):
         return f"{f.name} ({len(obj.dests)} real servers, {obj.scheduler})"

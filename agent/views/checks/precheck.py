@@ -290,9 +290,7 @@ def foreign_references(snap: Snapshot, c: Classification) -> list[str]:
     a KUBE-* set, in both backends; each as `backend/family/table -A CHAIN RULE (why)`."""
     own_jumps = {
         (_key(f.obj.table), f.obj.rule.chain, f.obj.rule.text)
-        for f in c.findings
-        if isinstance(f.obj, RuleRef)
-        and (f.owner in KUBE_PROXY_CLASSES or f.owner is Owner.KUBELET)
+        for f in c.of(RuleRef, *KUBE_PROXY_CLASSES, Owner.KUBELET)
     }
     out: list[str] = []
     for ref in c.references:  # the classifier's: every rule naming a KUBE-* chain or set
@@ -359,15 +357,12 @@ def check_foreign_ipvs(snap: Snapshot, c: Classification) -> Check:
         return _check(name, "warn", f"could not read IPVS: {r.error}")
     if r.status == "absent":
         return _check(name, "pass", "ip_vs is not loaded: no IPVS service to flush")
-    foreign = [f for f in c.owned_by(Owner.FOREIGN, "ipvs-service")]
+    foreign = c.of(IpvsService, Owner.FOREIGN)
     if not foreign:
         return _check(
             name, "pass", f"{len(r.data)} IPVS service(s), all kube-proxy's; none foreign"
         )
-    rows = [
-        f"{f.name} ({len(f.obj.dests)} real servers)" if isinstance(f.obj, IpvsService) else f.name
-        for f in foreign
-    ]
+    rows = [f"{f.name} ({len(f.obj.dests)} real servers)" for f in foreign]
     return _check(
         name,
         "fail",
@@ -378,11 +373,7 @@ def check_foreign_ipvs(snap: Snapshot, c: Classification) -> Check:
 
 
 def _kube_schedulers(c: Classification) -> str | None:
-    counts = Counter(
-        f.obj.scheduler
-        for f in c.owned_by(Owner.IPVS_LEFTOVER, "ipvs-service")
-        if isinstance(f.obj, IpvsService)
-    )
+    counts = Counter(f.obj.scheduler for f in c.of(IpvsService, Owner.IPVS_LEFTOVER))
     if not counts:
         return None
     return "kube-proxy's IPVS services use " + ", ".join(
