@@ -28,7 +28,16 @@ from agent import __version__
 from agent.cleanup import bundle, ipset_save, ipvsadm_save
 from agent.readers import ipvs, tools
 from agent.snapshot import IpvsService
-from agent.views.plan import Plan, Step, TableChange
+from agent.views.plan import (
+    ChangeTable,
+    DeleteLink,
+    DeleteService,
+    DestroySet,
+    Plan,
+    ResetSysctl,
+    Step,
+    TableChange,
+)
 
 SAVE_TOOL = {
     ("legacy", "ipv4"): "iptables-legacy",
@@ -107,23 +116,21 @@ def ipset_rules(names: list[str], timeout: float = tools.DEFAULT_TIMEOUT) -> str
 
 def _removes(s: Step) -> dict[str, Any]:
     """What a step removes, in the words restore checks each bundle file against."""
-    if s.service is not None:
+    if isinstance(s, DeleteService):
         option, where = ipvsadm_key(s.service)
         return {"ipvs_service": f"{option} {where}"}
-    if s.table is not None:
+    if isinstance(s, ChangeTable):
         t = s.table
         return {
             "chains": list(t.chains),
             "jumps": [[r.chain, r.text] for r in t.delete_rules],
         }
-    if s.ipset is not None:
+    if isinstance(s, DestroySet):
         return {"ipset": s.ipset.name}
-    if s.link is not None:
+    if isinstance(s, DeleteLink):
         return {"link": s.link.name}
-    if s.sysctl is not None:
-        name, before, after = s.sysctl
-        return {"sysctl": name, "from": before, "to": after}
-    return {}
+    name, before, after = s.sysctl
+    return {"sysctl": name, "from": before, "to": after}
 
 
 def plan_document(plan: Plan) -> dict[str, Any]:
@@ -172,24 +179,24 @@ def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT)
 
 
 def _files(plan: Plan, timeout: float) -> Iterator[tuple[str, str]]:
-    services = [s.service for s in plan.steps if s.service is not None]
+    services = [s.service for s in plan.steps if isinstance(s, DeleteService)]
     if services:
         yield "ipvsadm.rules", ipvsadm_rules(services, timeout)
 
-    sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
+    sets = [s.ipset.name for s in plan.steps if isinstance(s, DestroySet)]
     if sets:
         yield "ipset.save", ipset_rules(sets, timeout)
 
     by_file: dict[tuple[str, str], list[TableChange]] = defaultdict(list)
     for s in plan.steps:
-        if s.table is not None:
+        if isinstance(s, ChangeTable):
             by_file[(s.table.backend, s.table.family)].append(s.table)
     for (backend, family), changes in by_file.items():
         stem = f"iptables-{backend}-{family}"
         yield f"{stem}.save", tools.run([f"{SAVE_TOOL[(backend, family)]}-save"], timeout=timeout)
         yield f"{stem}.restore", iptables_restore_text(changes)
 
-    links = [s.link for s in plan.steps if s.link is not None]
+    links = [s.link for s in plan.steps if isinstance(s, DeleteLink)]
     if links:
         link = links[0]
         doc = {
@@ -201,6 +208,6 @@ def _files(plan: Plan, timeout: float) -> Iterator[tuple[str, str]]:
         }
         yield "kube-ipvs0.json", json.dumps(doc, indent=2) + "\n"
 
-    sysctls = {s.sysctl[0]: s.sysctl[1] for s in plan.steps if s.sysctl is not None}
+    sysctls = {s.sysctl[0]: s.sysctl[1] for s in plan.steps if isinstance(s, ResetSysctl)}
     if sysctls:
         yield "sysctls.json", json.dumps(sysctls, indent=2) + "\n"

@@ -1,29 +1,41 @@
-"""Applies a plan step by step. Decides nothing: every object and its order come from the plan."""
+"""Applies a plan step by step. Decides nothing: every object and its order come from the plan.
+
+Each kind of step has its own class (agent.views.plan) and is dispatched by type."""
 
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from agent.cleanup.backup import SAVE_TOOL
 from agent.readers import tools
 from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
 from agent.readers.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
-from agent.views.plan import Step
+from agent.views.plan import (
+    ChangeTable,
+    DeleteLink,
+    DeleteService,
+    DestroySet,
+    ResetSysctl,
+    Step,
+)
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
 IPSET_IN_USE = 4100
 
 
+Result = Literal["done", "gone", "kept", "failed"]
+
+
 @dataclass(frozen=True)
 class Outcome:
     step: Step
-    result: str  # done | gone | kept | failed
+    result: Result
     detail: str = ""
 
 
@@ -40,22 +52,18 @@ def _ipvs_outcome(step: Step, code: int) -> Outcome:
     return _refused(step, code)
 
 
-def _ipvs(steps: list[Step]) -> list[Outcome]:
+def _ipvs(steps: list[DeleteService]) -> list[Outcome]:
     """Deletes virtual servers, one request per owned service (never IPVS_CMD_FLUSH, which
     would take foreign ones too), all over one socket and many to a send: one request and
     its ACK at a time cost 10,000 round trips at 10,000 Services."""
-    keys = []
-    for step in steps:
-        assert step.service is not None
-        keys.append(service_key(step.service))
+    keys = [service_key(step.service) for step in steps]
     with GenericNetlink("IPVS") as genl:
         codes = genl.family_commands(CMD_DEL_SERVICE, GENL_VERSION, keys)
     return [_ipvs_outcome(s, c) for s, c in zip(steps, codes, strict=True)]
 
 
-def _iptables(step: Step, timeout: float) -> Outcome:
+def _iptables(step: ChangeTable, timeout: float) -> Outcome:
     ch = step.table
-    assert ch is not None
     tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
     # One transaction per table: all or nothing, under the xtables lock.
     # Given up only when it stops taking its input (tools.load): a slow tool must not leave a
@@ -80,20 +88,16 @@ def _ipset_outcome(step: Step, code: int) -> Outcome:
     return _refused(step, code)
 
 
-def _ipsets(steps: list[Step]) -> list[Outcome]:
+def _ipsets(steps: list[DestroySet]) -> list[Outcome]:
     """Destroys sets by name (never all: an empty name is refused), many to a send."""
-    names = []
-    for step in steps:
-        assert step.ipset is not None
-        names.append(step.ipset.name)
+    names = [step.ipset.name for step in steps]
     with IpsetNetlink() as nl:
         codes = nl.destroy_many(names)
     return [_ipset_outcome(s, c) for s, c in zip(steps, codes, strict=True)]
 
 
-def _link(step: Step) -> Outcome:
+def _link(step: DeleteLink) -> Outcome:
     link = step.link
-    assert link is not None
     with RtNetlink() as rt:
         rows = consistent(lambda: list(rt.link_rows()))  # a partial dump could miss it
         current = next((r for r in rows if r.name == link.name), None)
@@ -110,34 +114,39 @@ def _link(step: Step) -> Outcome:
     return Outcome(step, "done")
 
 
-def _sysctl(step: Step) -> Outcome:
-    assert step.sysctl is not None
+def _sysctl(step: ResetSysctl) -> Outcome:
     name, _, value = step.sysctl
     Path("/proc/sys", *name.split(".")).write_text(value + "\n")
     return Outcome(step, "done")
 
 
-# Actions applied one step at a time.
-_ACTIONS: dict[str, Callable[[Step], Outcome]] = {
-    "delete-link": _link,
-    "reset-sysctl": _sysctl,
-}
-# Actions applied to a run of consecutive steps at once (the plan's order is kept: a run
-# never crosses a step of another action).
-_BATCHED: dict[str, Callable[[list[Step]], list[Outcome]]] = {
-    "delete-ipvs-service": _ipvs,
-    "destroy-ipset": _ipsets,
-}
+# Steps applied to a run of consecutive steps of their kind at once (the plan's order is
+# kept: a run never crosses a step of another kind); the others go one at a time.
+_BATCHED = (DeleteService, DestroySet)
 
 
 def _runs(steps: tuple[Step, ...], batch: bool) -> list[list[Step]]:
     runs: list[list[Step]] = []
     for step in steps:
-        if batch and runs and step.action in _BATCHED and runs[-1][0].action == step.action:
+        if batch and runs and isinstance(step, _BATCHED) and type(runs[-1][0]) is type(step):
             runs[-1].append(step)
         else:
             runs.append([step])
     return runs
+
+
+def _apply(run: list[Step], tool_timeout: float) -> list[Outcome]:
+    """One run of steps of one kind, by the kind."""
+    first = run[0]
+    if isinstance(first, DeleteService):
+        return _ipvs([s for s in run if isinstance(s, DeleteService)])
+    if isinstance(first, DestroySet):
+        return _ipsets([s for s in run if isinstance(s, DestroySet)])
+    if isinstance(first, ChangeTable):
+        return [_iptables(first, tool_timeout)]
+    if isinstance(first, DeleteLink):
+        return [_link(first)]
+    return [_sysctl(first)]
 
 
 def execute(
@@ -149,17 +158,11 @@ def execute(
     """Run every step; a failed step is reported and the others still run. With a step
     delay (a test hook) every step goes alone, so the window between steps is real."""
     outcomes: list[Outcome] = []
-    actions: dict[str, Callable[[Step], Outcome]] = {
-        **_ACTIONS,
-        "iptables-table": functools.partial(_iptables, timeout=tool_timeout),
-    }
     for i, run in enumerate(_runs(steps, batch=not step_delay)):
         if i and step_delay:
             time.sleep(step_delay)
-        action = run[0].action
         try:
-            batched = _BATCHED.get(action)
-            done = batched(run) if batched else [actions[action](run[0])]
+            done = _apply(run, tool_timeout)
         except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others
             done = [Outcome(s, "failed", f"{type(exc).__name__}: {exc}") for s in run]
         for outcome in done:

@@ -31,7 +31,7 @@ from pathlib import Path
 from agent.cleanup import backup, ipvsadm_save
 from agent.readers import ipvs
 from agent.snapshot import IpvsService
-from agent.views.plan import Plan
+from agent.views.plan import DeleteService, DestroySet, Plan
 
 _SHOWN = 80  # characters of a differing line quoted in a reason
 
@@ -179,13 +179,13 @@ def bundle_change(bundle: Path, plan: Plan, timeout: float) -> str | None:
     """The first set member or real server of what `plan` removes that differs from what
     `bundle` holds. Raises OSError (the bundle cannot be read back) or what the listing
     raises."""
-    services = [s.service for s in plan.steps if s.service is not None]
+    services = [s.service for s in plan.steps if isinstance(s, DeleteService)]
     if services:
         saved = (bundle / "ipvsadm.rules").read_text()
         found = ipvs_change(saved, _ipvs_rules(services, timeout))
         if found:
             return found
-    sets = [s.ipset.name for s in plan.steps if s.ipset is not None]
+    sets = [s.ipset.name for s in plan.steps if isinstance(s, DestroySet)]
     if sets:
         saved = (bundle / "ipset.save").read_text()
         found = set_change(saved, backup.ipset_rules(sets, timeout))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from agent import names
 from agent.classify import KUBE_PROXY_CLASSES, ChainRef, Classification, Owner, Reference, RuleRef
@@ -42,18 +43,69 @@ class TableChange:
         return "\n".join(lines) + "\n"
 
 
+# What a step does; its phase is the order of docs/contract.md#cleanup (upstream's): 1 IPVS,
+# 2 the link, 3 iptables, 4 ipsets, 5 sysctls.
+Action = Literal[
+    "delete-ipvs-service", "delete-link", "iptables-table", "destroy-ipset", "reset-sysctl"
+]
+
+
 @dataclass(frozen=True)
-class Step:
-    # 1 IPVS, 2 link, 3 iptables, 4 ipsets, 5 sysctls (docs/contract.md#cleanup, upstream's order)
-    phase: int
-    action: str
+class DeleteService:
+    """Delete one virtual server (never a flush)."""
+
     target: str
     evidence: tuple[str, ...]
-    service: IpvsService | None = None
-    table: TableChange | None = None
-    ipset: Ipset | None = None
-    link: Link | None = None
-    sysctl: tuple[str, str, str] | None = None  # name, from, to
+    service: IpvsService
+    phase: ClassVar[int] = 1
+    action: ClassVar[Action] = "delete-ipvs-service"
+
+
+@dataclass(frozen=True)
+class DeleteLink:
+    """Delete kube-ipvs0, if it is still a dummy."""
+
+    target: str
+    evidence: tuple[str, ...]
+    link: Link
+    phase: ClassVar[int] = 2
+    action: ClassVar[Action] = "delete-link"
+
+
+@dataclass(frozen=True)
+class ChangeTable:
+    """One table's jumps out, its chains flushed and deleted, in one transaction."""
+
+    target: str
+    evidence: tuple[str, ...]
+    table: TableChange
+    phase: ClassVar[int] = 3
+    action: ClassVar[Action] = "iptables-table"
+
+
+@dataclass(frozen=True)
+class DestroySet:
+    """Destroy one ipset by name."""
+
+    target: str
+    evidence: tuple[str, ...]
+    ipset: Ipset
+    phase: ClassVar[int] = 4
+    action: ClassVar[Action] = "destroy-ipset"
+
+
+@dataclass(frozen=True)
+class ResetSysctl:
+    """Write a strictARP sysctl back to its default (only on request)."""
+
+    target: str
+    evidence: tuple[str, ...]
+    sysctl: tuple[str, str, str]  # name, from, to
+    phase: ClassVar[int] = 5
+    action: ClassVar[Action] = "reset-sysctl"
+
+
+Step = DeleteService | DeleteLink | ChangeTable | DestroySet | ResetSysctl
 
 
 @dataclass(frozen=True)
@@ -82,7 +134,7 @@ class Plan:
         themselves are compared with the bundle (agent.cleanup.recheck)."""
         out: dict[str, str] = {}
         for s in self.steps:
-            if s.table is not None:
+            if isinstance(s, ChangeTable):
                 t = s.table
                 where = f"{t.backend}/{t.family}/{t.table}"
                 jumps = zip(t.positions or (0,) * len(t.delete_rules), t.delete_rules, strict=True)
@@ -93,16 +145,16 @@ class Plan:
                     out[f"chain {where} {name}"] = ""
                 for name, rules in t.chain_rules:
                     out[f"chain {where} {name}"] = "\n".join(r.text for r in rules)
-            elif s.service is not None:
+            elif isinstance(s, DeleteService):
                 v = s.service
                 out[f"virtual server {v.key}"] = (
                     f"{v.scheduler} flags {v.flags:#x} timeout {v.timeout} netmask {v.netmask} "
                     f"pe {v.pe_name or '-'}; {len(v.dests)} real servers"
                 )
-            elif s.ipset is not None:
+            elif isinstance(s, DestroySet):
                 i = s.ipset
                 out[f"set {i.name}"] = f"{i.type} family {i.family}; {i.elements} members"
-            elif s.link is not None:
+            elif isinstance(s, DeleteLink):
                 ln = s.link
                 head = f"index {ln.index} kind {ln.kind} {'up' if ln.up else 'down'}"
                 out[f"link {ln.name}"] = "\n".join((head, *sorted(ln.addresses)))
@@ -232,7 +284,7 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
     steps: list[Step] = []
     kept: list[Kept] = []
     for svc in c.of(IpvsService, Owner.IPVS_LEFTOVER):
-        steps.append(Step(1, "delete-ipvs-service", svc.name, svc.evidence, service=svc.obj))
+        steps.append(DeleteService(svc.name, svc.evidence, svc.obj))
 
     tables = list(snap.iptables_legacy.data) + list(snap.iptables_nft.data)
     # iptables mode's chains and jumps go in the same per-table step as ipvs mode's: to each
@@ -303,13 +355,13 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
                 for ch in chains
             ),
         ]
-        steps.append(Step(3, "iptables-table", "/".join(key), tuple(evidence), table=change))
+        steps.append(ChangeTable("/".join(key), tuple(evidence), change))
 
     for ipset in set_findings:
         if ipset.name in kept_sets:
             kept.append(Kept("ipset", ipset.name, kept_sets[ipset.name]))
         else:
-            steps.append(Step(4, "destroy-ipset", ipset.name, ipset.evidence, ipset=ipset.obj))
+            steps.append(DestroySet(ipset.name, ipset.evidence, ipset.obj))
 
     for link in c.of(Link, Owner.IPVS_LEFTOVER):
         users = _services_on(link.obj, c)
@@ -317,20 +369,14 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
             why = f"{len(users)} IPVS service(s) not removed use its addresses: "
             kept.append(Kept("link", link.name, why + ", ".join(users[:3])))
         else:
-            steps.append(Step(2, "delete-link", link.name, link.evidence, link=link.obj))
+            steps.append(DeleteLink(link.name, link.evidence, link.obj))
 
     sysctls = snap.kernel.data.sysctls
     for name, strict in names.ARP_SYSCTLS.items():
         if sysctls.get(name) == strict:
             if reset_arp_sysctls:
                 steps.append(
-                    Step(
-                        5,
-                        "reset-sysctl",
-                        name,
-                        ("strictARP value",),
-                        sysctl=(name, strict, ARP_DEFAULTS[name]),
-                    )
+                    ResetSysctl(name, ("strictARP value",), (name, strict, ARP_DEFAULTS[name]))
                 )
             else:
                 kept.append(

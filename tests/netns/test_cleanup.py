@@ -362,9 +362,9 @@ def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
     ):
         build.run(["ip", "netns", "exec", ns, "ipset", *cmd.split()])
     code = (
-        "from agent.cleanup.executor import execute; from agent.views.plan import Step;"
+        "from agent.cleanup.executor import execute; from agent.views.plan import DestroySet;"
         "from agent.snapshot import Ipset;"
-        "steps = [Step(3, 'destroy-ipset', n, (), ipset=Ipset(n, 'hash:ip', 4, 0, 0))"
+        "steps = [DestroySet(n, (), Ipset(n, 'hash:ip', 4, 0, 0))"
         " for n in ('KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK', 'KUBE-LOOP-BACK')];"
         "print(' '.join(o.result for o in execute(steps, lambda o: None)))"
     )
@@ -421,7 +421,7 @@ BATCHED_DESTROY = """
 import sys
 from agent.readers import netlink
 from agent.cleanup.executor import execute
-from agent.views.plan import Step
+from agent.views.plan import DestroySet
 from agent.snapshot import Ipset
 
 sends = []
@@ -447,7 +447,7 @@ def commands(self, requests):
 
 netlink.NetlinkSocket.commands = commands
 names = sys.argv[1:]
-steps = [Step(3, "destroy-ipset", n, (), ipset=Ipset(n, "hash:ip", 4, 0, 0)) for n in names]
+steps = [DestroySet(n, (), Ipset(n, "hash:ip", 4, 0, 0)) for n in names]
 print(" ".join(o.result for o in execute(tuple(steps), lambda o: None)))
 print(len(sends))
 """

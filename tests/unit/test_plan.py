@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.classify import classify
 from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links
-from agent.views.plan import make_plan
+from agent.views.plan import ChangeTable, make_plan
 from tests.unit.builders import NOW, snapshot
 
 LINK = Link("kube-ipvs0", 3, "dummy", False, ("10.96.0.1/32", "10.96.0.10/32"))
@@ -79,7 +79,7 @@ def _masq_plan(nft_mark: int | None) -> tuple[list[str], dict[str, str]]:
     tables = (NftTable("ip", "kube-proxy", masquerade_mark=nft_mark),)
     snap = snapshot(legacy=MASQ_NAT, ipsets=(LOOP_BACK,), nftables=tables)
     plan = make_plan(snap, classify(snap, NOW))
-    chains = [c for s in plan.steps if s.table for c in s.table.chains]
+    chains = [c for s in plan.steps if isinstance(s, ChangeTable) for c in s.table.chains]
     return chains, {f"{k.kind} {k.name}": k.reason for k in plan.kept}
 
 

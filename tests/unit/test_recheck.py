@@ -7,7 +7,14 @@ from typing import Any
 
 from agent.cleanup import recheck
 from agent.snapshot import Ipset, IptRule, IpvsService, Link
-from agent.views.plan import Plan, Step, TableChange
+from agent.views.plan import (
+    ChangeTable,
+    DeleteLink,
+    DeleteService,
+    DestroySet,
+    Plan,
+    TableChange,
+)
 
 
 def rule(chain: str, text: str) -> IptRule:
@@ -34,21 +41,11 @@ def plan(
     svc = IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 2, 0, dests=(None,) * real_servers)  # type: ignore[arg-type]
     return Plan(
         (
-            Step(1, "delete-ipvs-service", "TCP 10.96.0.1:443", (), service=svc),
-            Step(
-                2,
-                "delete-link",
-                "kube-ipvs0",
-                (),
-                link=Link("kube-ipvs0", 7, "dummy", False, addresses),
-            ),
-            Step(3, "iptables-table", "nft/ipv4/nat", (), table=table),
-            Step(
-                4,
-                "destroy-ipset",
-                "KUBE-CLUSTER-IP",
-                (),
-                ipset=Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, members, 0),
+            DeleteService("TCP 10.96.0.1:443", (), svc),
+            DeleteLink("kube-ipvs0", (), Link("kube-ipvs0", 7, "dummy", False, addresses)),
+            ChangeTable("nft/ipv4/nat", (), table),
+            DestroySet(
+                "KUBE-CLUSTER-IP", (), Ipset("KUBE-CLUSTER-IP", "hash:ip,port", 4, members, 0)
             ),
         )
     )

@@ -14,7 +14,10 @@ import pytest
 
 from agent.cleanup.backup import plan_document, plan_json
 from agent.readers.kube_proxy import parse_samples
-from agent.views.plan import Kept, Plan, Step
+from agent.snapshot import IpvsService
+from agent.views.plan import DeleteService, Kept, Plan
+
+SERVICE = IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 2, 0)
 
 
 def test_the_audit_path_and_its_metrics_parser_import_no_prometheus_client_or_pyroute2() -> None:
@@ -42,7 +45,7 @@ def test_metrics_samples_with_escaped_labels_timestamps_and_special_values() -> 
 
 def test_plan_json_is_the_plan_document_one_step_a_line() -> None:
     plan = Plan(
-        steps=(Step(1, "delete-ipvs-service", "TCP 10.96.0.1:443", ("a", "b")),),
+        steps=(DeleteService("TCP 10.96.0.1:443", ("a", "b"), SERVICE),),
         kept=(Kept("ipset", "KUBE-X", "in use"),),
     )
     text = plan_json(plan)
