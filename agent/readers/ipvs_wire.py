@@ -46,7 +46,8 @@ def key_of(
     if fwmark:
         parts.append(attr(SVC_FWMARK, struct.pack("=I", fwmark)))
     else:
-        assert address is not None and port is not None
+        if address is None or port is None:
+            raise ValueError("a virtual server without a firewall mark has an address and a port")
         packed = socket.inet_pton(af, address).ljust(16, b"\0")
         parts += [
             attr(SVC_PROTOCOL, struct.pack("=H", _protocol_number(protocol))),
