@@ -3,19 +3,27 @@
 
 Pure functions over plain data: no I/O, no clock (the caller passes `now`). This module is the
 only place ownership is decided; the report, the metrics and the cleanup plan only read its
-result.
+result (agent.findings: the vocabulary; agent.evidence: the IPVS evidence index; agent.gate:
+the nftables-mode confirmation).
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Generic, Literal, TypeVar
 
 from agent import gate, names
-from agent.gate import Mode
+from agent.evidence import Attribution, IpvsEvidence, evidence_sets_needed
+from agent.findings import (
+    KUBE_PROXY_CLASSES,
+    AnyFinding,
+    ChainRef,
+    Classification,
+    Finding,
+    Kind,
+    Owner,
+    Reference,
+    RuleRef,
+)
 from agent.snapshot import (
     Ipset,
     IptChain,
@@ -28,214 +36,7 @@ from agent.snapshot import (
     Snapshot,
 )
 
-
-class Owner(StrEnum):
-    IPVS_LEFTOVER = "ipvs-leftover"
-    NFTABLES_MODE = "nftables-mode"
-    KUBELET = "kubelet"
-    FOREIGN = "foreign"
-    UNKNOWN_KUBE = "unknown-kube"
-    # created by kube-proxy's iptables mode on a node that ran it before or between
-    # (docs/contract.md#ownership)
-    IPTABLES_LEFTOVER = "iptables-leftover"
-
-
-@dataclass(frozen=True)
-class ChainRef:
-    """A chain with the table it is in."""
-
-    table: IptTable
-    chain: IptChain
-
-
-@dataclass(frozen=True)
-class RuleRef:
-    """A rule with the table it is in."""
-
-    table: IptTable
-    rule: IptRule
-
-
-# What a finding is about, by its kind: one type each.
-Kind = Literal["ipvs-service", "ipset", "chain", "jump-rule", "link", "nft-table"]
-S = TypeVar("S", IpvsService, Ipset, ChainRef, RuleRef, Link, NftTable)
-
-
-@dataclass(frozen=True, slots=True)
-class Finding(Generic[S]):
-    """One object seen on the node, in one ownership class, with the evidence."""
-
-    owner: Owner
-    source: str  # the reader that saw it
-    kind: Kind
-    name: str  # how an operator names it
-    evidence: tuple[str, ...]
-    obj: S = field(compare=False, repr=False)
-
-
-AnyFinding = (
-    Finding[IpvsService]
-    | Finding[Ipset]
-    | Finding[ChainRef]
-    | Finding[RuleRef]
-    | Finding[Link]
-    | Finding[NftTable]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """A rule that names a KUBE-* chain (its jump target) or KUBE-* sets (its matches): what
-    the plan and precheck ask when they look for state that still uses kube-proxy's objects."""
-
-    table: IptTable
-    chain: str  # the chain the rule is in
-    owner: Owner | None  # that chain's owner; None for a built-in chain
-    rule: IptRule
-
-
-@dataclass(frozen=True)
-class Classification:
-    """Every finding, the mode, whether ipvs-mode leftovers are stale, and every rule that
-    references a KUBE-* chain or set (in the order of the tables, chains and rules read)."""
-
-    findings: tuple[AnyFinding, ...]
-    mode: Mode
-    stale: bool
-    references: tuple[Reference, ...] = ()
-
-    def owned_by(self, owner: Owner, kind: Kind | None = None) -> list[AnyFinding]:
-        return [f for f in self.findings if f.owner is owner and (kind is None or f.kind == kind)]
-
-    def of(self, cls: type[S], *owners: Owner) -> list[Finding[S]]:
-        """The findings about a `cls` (one kind), of these owners (of every owner when none is
-        given), in reading order."""
-        return [
-            f for f in self.findings if isinstance(f.obj, cls) and (not owners or f.owner in owners)
-        ]
-
-    @property
-    def leftovers(self) -> list[AnyFinding]:
-        return self.owned_by(Owner.IPVS_LEFTOVER)
-
-    @property
-    def iptables_leftovers(self) -> list[AnyFinding]:
-        return self.owned_by(Owner.IPTABLES_LEFTOVER)
-
-    @property
-    def removable(self) -> list[AnyFinding]:
-        """What cleanup removes: kube-proxy's objects of both modes it left
-        (docs/contract.md#ownership)."""
-        return [f for f in self.findings if f.owner in KUBE_PROXY_CLASSES]
-
-
 # --- IPVS -----------------------------------------------------------------------------------
-
-
-def _addr(text: str) -> str:
-    """`text` (optionally with a prefix length) in the kernel's canonical spelling.
-
-    inet_pton/inet_ntop rather than `ipaddress`: this runs once per virtual server on every
-    scrape, and the C round trip is an order of magnitude cheaper.
-    """
-    bare = text.split("/", 1)[0]
-    af = socket.AF_INET6 if ":" in bare else socket.AF_INET
-    try:
-        return socket.inet_ntop(af, socket.inet_pton(af, bare))
-    except OSError:
-        return bare  # not an address: compares equal to nothing the kernel reports
-
-
-@dataclass(frozen=True)
-class IpvsEvidence:
-    """What can attribute a virtual server to kube-proxy, indexed once per snapshot.
-
-    Building it is linear in addresses and set members; asking it about one service is a few
-    hash lookups, so attributing every service of a node stays linear.
-    """
-
-    bound: frozenset[str]  # addresses on kube-ipvs0
-    node: frozenset[str]  # the node's own addresses elsewhere
-    members: dict[str, frozenset[str]]  # decoded KUBE-* set -> its members
-
-    @classmethod
-    def of(cls, links: Links, sets: Iterable[Ipset] = ()) -> IpvsEvidence:
-        bound = links.kube_ipvs0.addresses if links.kube_ipvs0 else ()
-        return cls(
-            bound=frozenset(_addr(a) for a in bound),
-            node=frozenset(_addr(a) for a in links.node_addresses),
-            members={
-                s.name: frozenset(s.entries)
-                for s in sets
-                if s.entries and (s.name in names.VIP_PORT_SETS or s.name in _ALL_NODE_PORT_SETS)
-            },
-        )
-
-    def sets_needed(self, svc: IpvsService) -> frozenset[str]:
-        """The sets whose members can name `svc`'s address and port (docs/contract.md#ownership)."""
-        if svc.address is None or (svc.protocol, svc.address, svc.port) == names.PROBE_SERVICE:
-            return frozenset()  # fwmark services are never kube-proxy's; the probe is known
-        if svc.address in self.node:
-            # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
-            return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
-        return names.VIP_PORT_SETS
-
-    def of_service(self, svc: IpvsService) -> Attribution:
-        """What names `svc` as kube-proxy's: strong evidence names its address and port."""
-        if svc.address is None or svc.port is None:
-            return Attribution()  # kube-proxy's ipvs mode never makes fwmark services
-        addr = svc.address  # the reader's inet_ntop spelling, as the indexes hold
-        strong: list[str] = []
-        weak: list[str] = []
-        member = f"{addr},{svc.protocol.lower()}:{svc.port}"
-        node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
-        for name in sorted(self.members):
-            entries = self.members[name]
-            if name in names.VIP_PORT_SETS and member in entries:
-                strong.append(f"{member} is a member of ipset {name}")
-            elif name in node_port_sets and str(svc.port) in entries:
-                if addr in self.node:
-                    strong.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
-                else:
-                    weak.append(
-                        f"port {svc.port} is in ipset {name}, but {addr} is not a node address"
-                    )
-        if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
-            proto, address, port = names.PROBE_SERVICE
-            strong.append(f"kube-proxy's ipvs probe service {address}:{port}/{proto}")
-        if addr in self.bound:
-            weak.append(f"address {addr} is bound to {names.KUBE_IPVS0} (any port would be)")
-        return Attribution(tuple(strong), tuple(weak))
-
-
-@dataclass(frozen=True)
-class Attribution:
-    """Why a virtual server may be kube-proxy's (docs/contract.md#ownership).
-
-    `strong` names its address and port in kube-proxy's own records; `weak` names only one of
-    them (a kube-ipvs0 address, a NodePort number off the node's addresses), which a
-    keepalived service set up later on a reused address or port would also show.
-    """
-
-    strong: tuple[str, ...] = ()
-    weak: tuple[str, ...] = ()
-
-
-_ALL_NODE_PORT_SETS = frozenset().union(*names.NODE_PORT_SETS.values())
-
-
-def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> frozenset[str]:
-    """The ipsets whose members can attribute a virtual server not bound on kube-ipvs0.
-
-    Only those sets are decoded: a NodePort on a node address needs the small bitmap sets of
-    its protocol, anything else the `IP,proto:port` sets.
-    """
-    # only the node's addresses: kube-ipvs0's thousands are not needed to choose sets
-    index = IpvsEvidence.of(Links(kube_ipvs0=None, node_addresses=links.node_addresses))
-    needed: set[str] = set()
-    for s in services:
-        needed |= index.sets_needed(s)
-    return frozenset(needed)
 
 
 def classify_ipvs(
@@ -406,9 +207,6 @@ def table_owners(t: IptTable) -> dict[str, tuple[Owner, str]]:
         for c in t.chains
         if not c.builtin
     }
-
-
-KUBE_PROXY_CLASSES = frozenset({Owner.IPVS_LEFTOVER, Owner.IPTABLES_LEFTOVER})
 
 
 def _where(t: IptTable) -> str:
@@ -612,3 +410,25 @@ def is_ipv6(f: AnyFinding) -> bool:
     if isinstance(obj, ChainRef | RuleRef):
         return obj.table.family == "ipv6"
     return False
+
+
+__all__ = [
+    "KUBE_PROXY_CLASSES",
+    "AnyFinding",
+    "Attribution",
+    "ChainRef",
+    "Classification",
+    "Finding",
+    "IpvsEvidence",
+    "Kind",
+    "Owner",
+    "Reference",
+    "RuleRef",
+    "chain_owner",
+    "classify",
+    "classify_ipset",
+    "classify_rule",
+    "evidence_sets_needed",
+    "ipset_family",
+    "is_ipv6",
+]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agent import names
-from agent.classify import evidence_sets_needed
+from agent.evidence import evidence_sets_needed
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
 from agent.readers._timing import bounded
 from agent.snapshot import IpvsService, KubeProxy, Links, Reading, Snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.classify import Classification
+from agent.findings import Classification
 from agent.snapshot import Reading, Snapshot
 
 if TYPE_CHECKING:  # its module imports yaml: a tenth of a cold audit's start in the VM

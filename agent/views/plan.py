@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from agent import names
-from agent.classify import KUBE_PROXY_CLASSES, ChainRef, Classification, Owner, Reference, RuleRef
+from agent.findings import KUBE_PROXY_CLASSES, ChainRef, Classification, Owner, Reference, RuleRef
 from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}

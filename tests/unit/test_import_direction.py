@@ -3,7 +3,7 @@ the stages below it, and module-level imports form no cycle.
 
 Stages, lowest first: the model (snapshot, names, exitcodes, logs) < the wire helpers in
 agent/readers (netlink, ipvs_wire, iptables_save, tools, kernel, _timing) < the readers <
-the centre (gate, classify, collect, collection) < agent/views < agent/cleanup < agent/cli <
+the centre (gate, findings, evidence, classify, collect, collection) < agent/views < agent/cleanup < agent/cli <
 agent/__main__. Imports inside functions count for the direction; imports under
 `if TYPE_CHECKING:` count for neither (they never run).
 """
@@ -22,7 +22,14 @@ WIRE = {
     f"agent.readers.{m}"
     for m in ("netlink", "ipvs_wire", "iptables_save", "tools", "kernel", "_timing")
 }
-CENTRE = {"agent.gate", "agent.classify", "agent.collect", "agent.collection"}
+CENTRE = {
+    "agent.gate",
+    "agent.findings",
+    "agent.evidence",
+    "agent.classify",
+    "agent.collect",
+    "agent.collection",
+}
 STAGES = ("model", "wire", "readers", "centre", "views", "cleanup", "cli", "main")
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from agent import gate, names
-from agent.classify import Classification
+from agent.findings import Classification
 from agent.snapshot import Snapshot
 from agent.views.checks.common import (
     Check,

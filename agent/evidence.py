@@ -1,0 +1,118 @@
+"""What can attribute an IPVS virtual server to kube-proxy: the evidence of
+docs/contract.md#ownership, indexed once per snapshot.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent import names
+from agent.snapshot import Ipset, IpvsService, Links
+
+
+def _addr(text: str) -> str:
+    """`text` (optionally with a prefix length) in the kernel's canonical spelling.
+
+    inet_pton/inet_ntop rather than `ipaddress`: this runs once per virtual server on every
+    scrape, and the C round trip is an order of magnitude cheaper.
+    """
+    bare = text.split("/", 1)[0]
+    af = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    try:
+        return socket.inet_ntop(af, socket.inet_pton(af, bare))
+    except OSError:
+        return bare  # not an address: compares equal to nothing the kernel reports
+
+
+@dataclass(frozen=True)
+class IpvsEvidence:
+    """What can attribute a virtual server to kube-proxy, indexed once per snapshot.
+
+    Building it is linear in addresses and set members; asking it about one service is a few
+    hash lookups, so attributing every service of a node stays linear.
+    """
+
+    bound: frozenset[str]  # addresses on kube-ipvs0
+    node: frozenset[str]  # the node's own addresses elsewhere
+    members: dict[str, frozenset[str]]  # decoded KUBE-* set -> its members
+
+    @classmethod
+    def of(cls, links: Links, sets: Iterable[Ipset] = ()) -> IpvsEvidence:
+        bound = links.kube_ipvs0.addresses if links.kube_ipvs0 else ()
+        return cls(
+            bound=frozenset(_addr(a) for a in bound),
+            node=frozenset(_addr(a) for a in links.node_addresses),
+            members={
+                s.name: frozenset(s.entries)
+                for s in sets
+                if s.entries and (s.name in names.VIP_PORT_SETS or s.name in _ALL_NODE_PORT_SETS)
+            },
+        )
+
+    def sets_needed(self, svc: IpvsService) -> frozenset[str]:
+        """The sets whose members can name `svc`'s address and port (docs/contract.md#ownership)."""
+        if svc.address is None or (svc.protocol, svc.address, svc.port) == names.PROBE_SERVICE:
+            return frozenset()  # fwmark services are never kube-proxy's; the probe is known
+        if svc.address in self.node:
+            # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
+            return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
+        return names.VIP_PORT_SETS
+
+    def of_service(self, svc: IpvsService) -> Attribution:
+        """What names `svc` as kube-proxy's: strong evidence names its address and port."""
+        if svc.address is None or svc.port is None:
+            return Attribution()  # kube-proxy's ipvs mode never makes fwmark services
+        addr = svc.address  # the reader's inet_ntop spelling, as the indexes hold
+        strong: list[str] = []
+        weak: list[str] = []
+        member = f"{addr},{svc.protocol.lower()}:{svc.port}"
+        node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
+        for name in sorted(self.members):
+            entries = self.members[name]
+            if name in names.VIP_PORT_SETS and member in entries:
+                strong.append(f"{member} is a member of ipset {name}")
+            elif name in node_port_sets and str(svc.port) in entries:
+                if addr in self.node:
+                    strong.append(f"NodePort {svc.port} on node address {addr} is in ipset {name}")
+                else:
+                    weak.append(
+                        f"port {svc.port} is in ipset {name}, but {addr} is not a node address"
+                    )
+        if (svc.protocol, addr, svc.port) == names.PROBE_SERVICE:
+            proto, address, port = names.PROBE_SERVICE
+            strong.append(f"kube-proxy's ipvs probe service {address}:{port}/{proto}")
+        if addr in self.bound:
+            weak.append(f"address {addr} is bound to {names.KUBE_IPVS0} (any port would be)")
+        return Attribution(tuple(strong), tuple(weak))
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Why a virtual server may be kube-proxy's (docs/contract.md#ownership).
+
+    `strong` names its address and port in kube-proxy's own records; `weak` names only one of
+    them (a kube-ipvs0 address, a NodePort number off the node's addresses), which a
+    keepalived service set up later on a reused address or port would also show.
+    """
+
+    strong: tuple[str, ...] = ()
+    weak: tuple[str, ...] = ()
+
+
+_ALL_NODE_PORT_SETS = frozenset().union(*names.NODE_PORT_SETS.values())
+
+
+def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> frozenset[str]:
+    """The ipsets whose members can attribute a virtual server not bound on kube-ipvs0.
+
+    Only those sets are decoded: a NodePort on a node address needs the small bitmap sets of
+    its protocol, anything else the `IP,proto:port` sets.
+    """
+    # only the node's addresses: kube-ipvs0's thousands are not needed to choose sets
+    index = IpvsEvidence.of(Links(kube_ipvs0=None, node_addresses=links.node_addresses))
+    needed: set[str] = set()
+    for s in services:
+        needed |= index.sets_needed(s)
+    return frozenset(needed)
