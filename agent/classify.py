@@ -25,6 +25,7 @@ from agent.findings import (
     RuleRef,
 )
 from agent.snapshot import (
+    Family,
     Ipset,
     IptChain,
     IptRule,
@@ -93,7 +94,7 @@ def classify_ipset(s: Ipset) -> Finding[Ipset]:
     return Finding(Owner.FOREIGN, "ipsets", "ipset", s.name, ("not a kube-proxy name",), s)
 
 
-def ipset_family(s: Ipset) -> str:
+def ipset_family(s: Ipset) -> Family:
     """ipv6 for KUBE-6- names and for the plain-named inet6 sets of older releases."""
     return "ipv6" if s.name.startswith(names.KUBE6_PREFIX) or s.family == 6 else "ipv4"
 

@@ -9,16 +9,21 @@ the metrics and the cleanup read it, or ask the same functions. Pure: no I/O, no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agent import names
 from agent.snapshot import KubeProxy, Snapshot
+
+# What /proxyMode may answer that the agent knows, and `unknown` for anything else.
+ProxyMode = Literal["ipvs", "iptables", "nftables", "unknown"]
+KNOWN_MODES: tuple[ProxyMode, ...] = ("ipvs", "iptables", "nftables")
 
 
 @dataclass(frozen=True)
 class Mode:
     """Which proxy mode kube-proxy runs, and whether the gate confirms nftables mode."""
 
-    detected: str  # ipvs | iptables | nftables | unknown
+    detected: ProxyMode
     nftables_confirmed: bool
     evidence: tuple[str, ...]  # what was seen
     failed: tuple[str, ...] = ()  # the gate's conditions that did not hold
@@ -151,7 +156,7 @@ def confirm(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool)
         evidence.append(f"/proxyMode answers {mode}")
     else:
         failed.append(f"/proxyMode {kp.proxy_mode.status}: {kp.proxy_mode.error}")
-    detected = mode if mode in ("ipvs", "iptables", "nftables") else "unknown"
+    detected: ProxyMode = next((m for m in KNOWN_MODES if m == mode), "unknown")
     if mode != "nftables":
         failed.append("kube-proxy does not say nftables")
 

@@ -13,6 +13,37 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar, overload
 
 Status = Literal["ok", "absent", "error"]
+
+# The vocabulary every reader converts to, written once. The IP family has one spelling per
+# place it comes from; each reader turns its source's into these.
+IpVersion = Literal[4, 6]  # IPVS and ipset families (AF_INET / AF_INET6, inet / inet6)
+Family = Literal["ipv4", "ipv6"]  # iptables tables, metric labels, the report
+Backend = Literal["legacy", "nft"]  # the iptables backends
+Protocol = Literal["TCP", "UDP", "SCTP", "FWM"]  # IPVS service protocols (FWM: a firewall mark)
+
+
+def family_of(version: IpVersion) -> Family:
+    return "ipv6" if version == 6 else "ipv4"
+
+
+def as_backend(text: str) -> Backend:
+    """The backend a name (a bundle file's, a tool's) stands for; ValueError for none."""
+    if text == "legacy":
+        return "legacy"
+    if text == "nft":
+        return "nft"
+    raise ValueError(f"no iptables backend {text!r}")
+
+
+def as_family(text: str) -> Family:
+    """The family a name (a bundle file's, a label's) stands for; ValueError for none."""
+    if text == "ipv4":
+        return "ipv4"
+    if text == "ipv6":
+        return "ipv6"
+    raise ValueError(f"no IP family {text!r}")
+
+
 T = TypeVar("T", covariant=True)
 
 
@@ -157,8 +188,8 @@ class CountedDests(Sequence[IpvsDest]):
 class IpvsService:
     """An IPVS virtual server: protocol, address and port, or a firewall mark."""
 
-    family: int  # 4 or 6
-    protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services
+    family: IpVersion
+    protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services (Protocol), or a number
     address: str | None  # inet_ntop's spelling (the classifier compares it as is)
     port: int | None
     fwmark: int | None
@@ -189,7 +220,7 @@ class Ipset:
 
     name: str
     type: str
-    family: int | None  # 4, 6, or None for family-less types (bitmap:port)
+    family: IpVersion | None  # None for family-less types (bitmap:port)
     elements: int
     references: int
     # Members in `ipset save` notation (`10.96.0.1,tcp:443`, `30080`); None when not read.
@@ -228,8 +259,8 @@ class IptChain:
 class IptTable:
     """One iptables table of one backend and family."""
 
-    backend: str  # legacy | nft
-    family: str  # ipv4 | ipv6
+    backend: Backend
+    family: Family
     name: str  # nat | filter | mangle | raw | security
     chains: tuple[IptChain, ...]
 
@@ -250,7 +281,9 @@ class NftSet:
 class NftTable:
     """An nftables table: its chain count and, for kube-proxy's, its sets."""
 
-    family: str  # ip | ip6 | inet | arp | bridge | netdev
+    # ip | ip6 | inet | arp | bridge | netdev, or the number of a family the agent has no name
+    # for (the kernel reports it; nothing matches it)
+    family: str
     name: str
     chains: int = 0
     sets: tuple[NftSet, ...] = ()

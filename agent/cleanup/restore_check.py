@@ -20,7 +20,16 @@ from agent.classify import KUBE_PROXY_CLASSES, Owner, chain_owner, classify_ipse
 from agent.cleanup import ipvsadm_rules
 from agent.cleanup.bundle import BundleError
 from agent.readers import iptables_save
-from agent.snapshot import BUILTIN_CHAINS, Ipset, IptTable
+from agent.snapshot import (
+    BUILTIN_CHAINS,
+    Backend,
+    Family,
+    Ipset,
+    IptTable,
+    IpVersion,
+    as_backend,
+    as_family,
+)
 
 BACKENDS = ("legacy", "nft")
 FAMILIES = ("ipv4", "ipv6")
@@ -47,8 +56,8 @@ class SetRestore:
 
 @dataclass(frozen=True)
 class TableRestore:
-    backend: str
-    family: str
+    backend: Backend
+    family: Family
     table: str
     chains: tuple[tuple[str, tuple[str, ...]], ...]  # name, its rules (text after -A NAME)
     jumps: tuple[tuple[str, int, str], ...]  # built-in chain, old 1-based position, rule text
@@ -169,7 +178,7 @@ _ADD_VALUES = {k: re.compile(r"[0-9]{1,20}") for k in ("timeout", "packets", "by
 
 def _create(words: list[str], where: str) -> Ipset:
     name, kind, rest = words[1], words[2], words[3:]
-    family: int | None = None
+    family: IpVersion | None = None
     i = 0
     while i < len(rest):
         word = rest[i]
@@ -271,7 +280,9 @@ def _kube_proxy_chain(table: str, chain: str) -> bool:
     return chain_owner(table, chain)[0] in KUBE_PROXY_CLASSES
 
 
-def _saved(files: dict[str, bytes], stem: str, backend: str, family: str) -> dict[str, IptTable]:
+def _saved(
+    files: dict[str, bytes], stem: str, backend: Backend, family: Family
+) -> dict[str, IptTable]:
     try:
         tables = iptables_save.parse(_text(files, f"{stem}.save"), backend, family)
     except iptables_save.IptablesSaveError as exc:
@@ -301,7 +312,7 @@ def _rule(block: _Block, chain: str, text: str, where: str) -> None:
         raise BundleError(f"{where}: target {target} is no Kubernetes chain nor a standard one")
 
 
-def _jump(block: _Block, backend: str, family: str, words: list[str], where: str) -> None:
+def _jump(block: _Block, backend: Backend, family: Family, words: list[str], where: str) -> None:
     chain, pos, text = words[1], words[2], words[3] if len(words) > 3 else ""
     if chain not in BUILTIN_CHAINS or not pos.isdigit() or not 0 < int(pos) < 100_000:
         raise BundleError(f"{where}: -I only into a built-in chain at a position")
@@ -317,7 +328,7 @@ def _jump(block: _Block, backend: str, family: str, words: list[str], where: str
     block.jumps.append((chain, int(pos), text))
 
 
-def _blocks(text: str, name: str, backend: str, family: str) -> list[_Block]:
+def _blocks(text: str, name: str, backend: Backend, family: Family) -> list[_Block]:
     blocks: list[_Block] = []
     block: _Block | None = None
     for n, line in enumerate(text.splitlines(), 1):
@@ -379,9 +390,9 @@ def check_iptables(files: dict[str, bytes], removed: Removed) -> tuple[TableRest
         parts = stem.split("-")
         if len(parts) != 3 or parts[0] != "iptables" or parts[1] not in BACKENDS:
             raise BundleError(f"{name} is no file cleanup writes")
-        backend, family = parts[1], parts[2]
-        if family not in FAMILIES or f"{stem}.save" not in files:
+        if parts[2] not in FAMILIES or f"{stem}.save" not in files:
             raise BundleError(f"{name} is no file cleanup writes, or its .save is missing")
+        backend, family = as_backend(parts[1]), as_family(parts[2])
         saved = _saved(files, stem, backend, family)
         for block in _blocks(_text(files, name), name, backend, family):
             key = (backend, family, block.table)

@@ -22,7 +22,7 @@ from agent.readers.netlink import (
     consistent,
     nul_text,
 )
-from agent.snapshot import Ipset, Reading
+from agent.snapshot import Ipset, IpVersion, Reading
 
 SETNAME, TYPENAME, FAMILY, DATA, ADT = 2, 3, 5, 7, 8
 IP, IP_TO, CIDR, PORT, PORT_TO, PROTO = 1, 2, 3, 4, 5, 7
@@ -30,7 +30,7 @@ IP2, CIDR2 = 20, 21
 ELEMENTS, REFERENCES = 24, 25
 IPADDR_IPV4, IPADDR_IPV6 = 1, 2
 _PROTOS = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "icmpv6"}
-_FAMILIES = {2: 4, 10: 6}
+_FAMILIES: dict[int, IpVersion] = {2: 4, 10: 6}
 _BE16 = struct.Struct("!H")
 
 

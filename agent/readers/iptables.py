@@ -14,11 +14,14 @@ from agent.readers import iptables_save, tools
 from agent.readers._timing import Absent, timed
 from agent.readers.kernel import Presence, presence, read_text
 from agent.readers.netlink import NfTables, attrs, nul_text
-from agent.snapshot import IptTable, Reading
+from agent.snapshot import Family, IptTable, Reading
 
 TABLES = ("nat", "filter", "mangle")
-_FAMILIES = {"ipv4": ("iptables", "ip_tables"), "ipv6": ("ip6tables", "ip6_tables")}
-_NFPROTO = {2: "ipv4", 10: "ipv6"}  # nfgenmsg family of an nf_tables table
+_FAMILIES: dict[Family, tuple[str, str]] = {
+    "ipv4": ("iptables", "ip_tables"),
+    "ipv6": ("ip6tables", "ip6_tables"),
+}
+_NFPROTO: dict[int, Family] = {2: "ipv4", 10: "ipv6"}  # nfgenmsg family of an nf_tables table
 NFT_MSG_GETTABLE = 1
 
 
@@ -47,14 +50,14 @@ def _read_legacy(timeout: float) -> tuple[IptTable, ...]:
     return tuple(out)
 
 
-def _nft_families_with_tables() -> set[str] | None:
+def _nft_families_with_tables() -> set[Family] | None:
     """The families (ipv4, ipv6) with an nf_tables table that iptables-nft would print among
     TABLES (it keeps them as ordinary tables named nat/filter/mangle in family ip/ip6); None
     when that cannot be told. A save tool run costs a process start (~0.4 s under the
     benchmark's VM) and prints nothing of TABLES for a family without such a table."""
     try:
         with NfTables() as nft:
-            found = set()
+            found: set[Family] = set()
             for p in nft.dump(NFT_MSG_GETTABLE):
                 if p[0] in _NFPROTO and nul_text(attrs(p, 4).get(1)) in TABLES:
                     found.add(_NFPROTO[p[0]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from agent.snapshot import IptChain, IptRule, IptTable
+from agent.snapshot import Backend, Family, IptChain, IptRule, IptTable
 
 
 class IptablesSaveError(ValueError):
@@ -30,7 +30,7 @@ def parse_rule(chain: str, text: str) -> IptRule:
     return IptRule(chain=chain, text=text, target=target, comment=comment, match_sets=tuple(sets))
 
 
-def parse(text: str, backend: str, family: str) -> tuple[IptTable, ...]:
+def parse(text: str, backend: Backend, family: Family) -> tuple[IptTable, ...]:
     """Every table in one iptables-save dump, chains in the order they are declared."""
     tables: list[IptTable] = []
     table: str | None = None

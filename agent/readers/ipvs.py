@@ -58,7 +58,7 @@ from agent.readers.netlink import (
     consistent,
     nul_text,
 )
-from agent.snapshot import CountedDests, IpvsDest, IpvsService, LazyDests, Reading
+from agent.snapshot import CountedDests, IpVersion, IpvsDest, IpvsService, LazyDests, Reading
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
 _FWD_MASK = 0x7
@@ -291,7 +291,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         # a listed service is in the kernel's table: hashed, as netlink reports it too
         flags = _F_HASHED | (_F_PERSISTENT if "persistent" in words else 0)
         flags |= _F_ONEPACKET if "ops" in words else 0
-        family = 6 if ":" in address else 4
+        family: IpVersion = 6 if ":" in address else 4
         services.append(IpvsService(family, words[0], address, port, None, words[2], flags, 0))
         counts.append(len(dests))
     return services, counts

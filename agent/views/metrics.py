@@ -85,9 +85,9 @@ def families(
     for f in c.owned_by(Owner.IPVS_LEFTOVER):
         obj = f.obj
         if isinstance(obj, ChainRef):
-            key = (obj.table.backend, obj.table.family, obj.table.name)
-            chains[key] += 1
-            rules[key] += len(obj.chain.rules)
+            where = (obj.table.backend, obj.table.family, obj.table.name)
+            chains[where] += 1
+            rules[where] += len(obj.chain.rules)
         elif isinstance(obj, RuleRef):
             rules[(obj.table.backend, obj.table.family, obj.table.name)] += 1
     labels = ("backend", "family", "table")

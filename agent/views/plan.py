@@ -110,7 +110,9 @@ Step = DeleteService | DeleteLink | ChangeTable | DestroySet | ResetSysctl
 
 @dataclass(frozen=True)
 class Kept:
-    kind: str
+    """What the cleanup leaves, and why."""
+
+    kind: Literal["chain", "jump-rule", "ipset", "link", "sysctl"]
     name: str
     reason: str
 

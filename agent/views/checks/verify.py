@@ -65,7 +65,7 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
     ]
     # What cleanup keeps because foreign state still uses it (a CNI rule jumping to
     # KUBE-MARK-MASQ) is not left over: removing it would break that state.
-    kept = {(k.kind, k.name): k.reason for k in make_plan(snap, c).kept}
+    kept: dict[tuple[str, str], str] = {(k.kind, k.name): k.reason for k in make_plan(snap, c).kept}
     held = [f for f in c.removable if (f.kind, f.name) in kept]
     left = [f for f in c.leftovers if (f.kind, f.name) not in kept]
     # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
