@@ -19,10 +19,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from agent import __version__, gate, names
-from agent.classify import ChainRef, Owner, RuleRef, ipset_family
+from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
 from agent.collection import Collection
 from agent.readers.kernel import SUBSYSTEMS
-from agent.snapshot import Ipset, IpvsService, KubeProxy
+from agent.snapshot import Ipset, IpvsService, KubeProxy, Snapshot
 from agent.views.checks.precheck import readiness_metrics
 
 PREFIX = "ipvs_leftovers_"
@@ -40,11 +40,27 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFami
     return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
 
 
-def families(
-    col: Collection,
-) -> Iterator[GaugeMetricFamily | InfoMetricFamily | CounterMetricFamily]:
+Family = GaugeMetricFamily | InfoMetricFamily | CounterMetricFamily
+
+
+def families(col: Collection) -> Iterator[Family]:
     """Every metric of docs/contract.md#metrics for one collection."""
     snap, c = col.snapshot, col.classification
+    yield from _leftover_families(snap, c)
+    yield from _iptables_families(c)
+    yield from _mode_families(snap, c)
+    yield from _source_families(snap)
+    readiness = readiness_metrics(snap, c, col.config)
+    for name, doc in READINESS_DOCS.items():
+        if PREFIX + name in readiness:  # a value that cannot be known is left out
+            yield _value(name, doc, readiness[PREFIX + name])
+    info = InfoMetricFamily(PREFIX + "build", "The agent's version")
+    info.add_metric([], {"version": __version__})
+    yield info
+
+
+def _leftover_families(snap: Snapshot, c: Classification) -> Iterator[Family]:
+    """stale, kube-ipvs0, the IPVS counts by class and the sets by family."""
     yield _value(
         "stale", "1 when nftables mode is confirmed and ipvs-mode leftovers exist", c.stale
     )
@@ -80,6 +96,16 @@ def families(
     yield sets
     yield entries
 
+
+def _by_table(name: str, doc: str, counts: Counter[tuple[str, str, str]]) -> GaugeMetricFamily:
+    g = _gauge(name, doc, ("backend", "family", "table"))
+    for key in sorted(counts):
+        g.add_metric(list(key), counts[key])
+    return g
+
+
+def _iptables_families(c: Classification) -> Iterator[Family]:
+    """kube-proxy's chains and rules per backend, family and table, of both modes."""
     chains: Counter[tuple[str, str, str]] = Counter()
     rules: Counter[tuple[str, str, str]] = Counter()
     for f in c.owned_by(Owner.IPVS_LEFTOVER):
@@ -90,24 +116,18 @@ def families(
             rules[where] += len(obj.chain.rules)
         elif isinstance(obj, RuleRef):
             rules[(obj.table.backend, obj.table.family, obj.table.name)] += 1
-    labels = ("backend", "family", "table")
-    g = _gauge("iptables_chains", "kube-proxy ipvs-mode iptables chains present", labels)
-    for key in sorted(chains):
-        g.add_metric(list(key), chains[key])
-    yield g
-    g = _gauge("iptables_rules", "Rules in ipvs-mode chains plus jumps into them", labels)
-    for key in sorted(rules):
-        g.add_metric(list(key), rules[key])
-    yield g
-
+    yield _by_table("iptables_chains", "kube-proxy ipvs-mode iptables chains present", chains)
+    yield _by_table("iptables_rules", "Rules in ipvs-mode chains plus jumps into them", rules)
     modes: Counter[tuple[str, str, str]] = Counter()
     for ch in c.of(ChainRef, Owner.IPTABLES_LEFTOVER):
         modes[(ch.obj.table.backend, ch.obj.table.family, ch.obj.table.name)] += 1
-    g = _gauge("iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", labels)
-    for key in sorted(modes):
-        g.add_metric(list(key), modes[key])
-    yield g
+    yield _by_table(
+        "iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", modes
+    )
 
+
+def _mode_families(snap: Snapshot, c: Classification) -> Iterator[Family]:
+    """The mode kube-proxy runs, the gate's verdict, kube-proxy's health, the kernel."""
     # An _info series is 1 or absent (Prometheus' convention): one series, the mode seen.
     g = _gauge("kube_proxy_mode_info", "1 for the proxy mode kube-proxy reports", ("mode",))
     g.add_metric([c.mode.detected], 1)
@@ -133,6 +153,9 @@ def families(
         (snap.kernel.data.version() or (0, 0)) >= names.NFTABLES_MIN_KERNEL,
     )
 
+
+def _source_families(snap: Snapshot) -> Iterator[Family]:
+    """Each source's read status and time, and the kernel's subsystems."""
     sources = snap.sources()
     up = _gauge("source_up", "1 when the source was read (an absent subsystem counts)", ("source",))
     took = _gauge("scrape_duration_seconds", "Seconds spent reading each source", ("source",))
@@ -149,13 +172,6 @@ def families(
             known = sources[_READER_OF[name]].status == "ok"
         g.add_metric([name], 1 if known else 0)
     yield g
-    readiness = readiness_metrics(snap, c, col.config)
-    for name, doc in READINESS_DOCS.items():
-        if PREFIX + name in readiness:  # a value that cannot be known is left out
-            yield _value(name, doc, readiness[PREFIX + name])
-    info = InfoMetricFamily(PREFIX + "build", "The agent's version")
-    info.add_metric([], {"version": __version__})
-    yield info
 
 
 def kube_proxy_families(kp: KubeProxy) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

@@ -282,6 +282,83 @@ def _services_on(link: Link, c: Classification) -> list[str]:
     ]
 
 
+def _table_step(
+    t: IptTable,
+    leftover_chains: dict[TableKey, set[str]],
+    kept_chains: dict[tuple[TableKey, str], str],
+    deletable: set[tuple[TableKey, str, str]],
+    mode_of: dict[tuple[TableKey, str], str],
+    kept: list[Kept],
+) -> ChangeTable | None:
+    """One table's transaction: kube-proxy's jumps out, its chains flushed and deleted, save
+    what is kept (added to `kept`, with why); None when nothing in it goes."""
+    key = _key(t)
+    chains = [
+        ch
+        for ch in t.chains
+        if ch.name in leftover_chains.get(key, set()) and (key, ch.name) not in kept_chains
+    ]
+    for ch in t.chains:
+        if (key, ch.name) in kept_chains:
+            kept.append(Kept("chain", f"{'/'.join(key)} {ch.name}", kept_chains[(key, ch.name)]))
+    rules: list[IptRule] = []
+    positions: list[int] = []
+    for ch in t.chains:
+        for pos, rule in enumerate(ch.rules, 1):
+            if (key, ch.name, rule.text) not in deletable:
+                continue
+            if (key, rule.target) in kept_chains:
+                kept.append(
+                    Kept(
+                        "jump-rule",
+                        f"{'/'.join(key)} {ch.name} -> {rule.target}",
+                        f"its target {rule.target} is kept",
+                    )
+                )
+                continue
+            rules.append(rule)
+            positions.append(pos)
+    if not chains and not rules:
+        return None
+    change = TableChange(
+        t.backend,
+        t.family,
+        t.name,
+        tuple(rules),
+        tuple(ch.name for ch in chains),
+        tuple(positions),
+        tuple((ch.name, ch.rules) for ch in chains),
+    )
+    evidence = [
+        f"{len(rules)} kube-proxy jump rules",
+        *(
+            f"chain {ch.name} ({len(ch.rules)} rules): {mode_of[(key, ch.name)]} chain"
+            for ch in chains
+        ),
+    ]
+    return ChangeTable("/".join(key), tuple(evidence), change)
+
+
+def _sysctl_steps(
+    sysctls: dict[str, str], reset: bool, steps: list[Step], kept: list[Kept]
+) -> None:
+    """strictARP's values: reset on request, else kept and said so."""
+    for name, strict in names.ARP_SYSCTLS.items():
+        if sysctls.get(name) == strict:
+            if reset:
+                steps.append(
+                    ResetSysctl(name, ("strictARP value",), (name, strict, ARP_DEFAULTS[name]))
+                )
+            else:
+                kept.append(
+                    Kept(
+                        "sysctl",
+                        f"{name}={strict}",
+                        "strictARP value; changed only with --reset-arp-sysctls",
+                    )
+                )
+
+
 def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False) -> Plan:
     steps: list[Step] = []
     kept: list[Kept] = []
@@ -311,53 +388,9 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
     )
 
     for t in tables:
-        key = _key(t)
-        chains = [
-            ch
-            for ch in t.chains
-            if ch.name in leftover_chains.get(key, set()) and (key, ch.name) not in kept_chains
-        ]
-        for ch in t.chains:
-            if (key, ch.name) in kept_chains:
-                kept.append(
-                    Kept("chain", f"{'/'.join(key)} {ch.name}", kept_chains[(key, ch.name)])
-                )
-        rules: list[IptRule] = []
-        positions: list[int] = []
-        for ch in t.chains:
-            for pos, rule in enumerate(ch.rules, 1):
-                if (key, ch.name, rule.text) not in deletable:
-                    continue
-                if (key, rule.target) in kept_chains:
-                    kept.append(
-                        Kept(
-                            "jump-rule",
-                            f"{'/'.join(key)} {ch.name} -> {rule.target}",
-                            f"its target {rule.target} is kept",
-                        )
-                    )
-                    continue
-                rules.append(rule)
-                positions.append(pos)
-        if not chains and not rules:
-            continue
-        change = TableChange(
-            t.backend,
-            t.family,
-            t.name,
-            tuple(rules),
-            tuple(ch.name for ch in chains),
-            tuple(positions),
-            tuple((ch.name, ch.rules) for ch in chains),
-        )
-        evidence = [
-            f"{len(rules)} kube-proxy jump rules",
-            *(
-                f"chain {ch.name} ({len(ch.rules)} rules): {mode_of[(key, ch.name)]} chain"
-                for ch in chains
-            ),
-        ]
-        steps.append(ChangeTable("/".join(key), tuple(evidence), change))
+        step = _table_step(t, leftover_chains, kept_chains, deletable, mode_of, kept)
+        if step is not None:
+            steps.append(step)
 
     for ipset in set_findings:
         if ipset.name in kept_sets:
@@ -373,21 +406,7 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
         else:
             steps.append(DeleteLink(link.name, link.evidence, link.obj))
 
-    sysctls = snap.kernel.data.sysctls
-    for name, strict in names.ARP_SYSCTLS.items():
-        if sysctls.get(name) == strict:
-            if reset_arp_sysctls:
-                steps.append(
-                    ResetSysctl(name, ("strictARP value",), (name, strict, ARP_DEFAULTS[name]))
-                )
-            else:
-                kept.append(
-                    Kept(
-                        "sysctl",
-                        f"{name}={strict}",
-                        "strictARP value; changed only with --reset-arp-sysctls",
-                    )
-                )
+    _sysctl_steps(snap.kernel.data.sysctls, reset_arp_sysctls, steps, kept)
     steps.sort(key=lambda s: s.phase)
     return Plan(tuple(steps), tuple(kept))
 
