@@ -54,13 +54,33 @@ def _by_family(findings: list[Finding[Ipset]], value: Callable[[Ipset], int]) ->
     return out
 
 
-def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
-    """The stable `audit --json` document."""
+def _leftovers(snap: Snapshot, c: Classification) -> dict[str, Any]:
+    """The document's `leftovers`: the ipvs-mode objects on the node."""
     sets = c.of(Ipset, Owner.IPVS_LEFTOVER)
     chains, jumps = _chain_rows(c)
-    ipt_chains, ipt_jumps = _chain_rows(c, Owner.IPTABLES_LEFTOVER)
     link = snap.links.data.kube_ipvs0
     addrs = link.addresses if link else ()
+    return {
+        **_ipvs_counts(c.of(IpvsService, Owner.IPVS_LEFTOVER)),
+        "kube_ipvs0": {
+            "present": link is not None,
+            "kind": link.kind if link else None,
+            "up": link.up if link else None,
+            "addresses": {
+                "ipv4": sum(":" not in a for a in addrs),
+                "ipv6": sum(":" in a for a in addrs),
+            },
+        },
+        "ipsets": _by_family(sets, lambda s: 1),
+        "ipset_entries": _by_family(sets, lambda s: s.elements),
+        "iptables_chains": chains,
+        "iptables_jump_rules": jumps,
+    }
+
+
+def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
+    """The stable `audit --json` document."""
+    ipt_chains, ipt_jumps = _chain_rows(c, Owner.IPTABLES_LEFTOVER)
     return {
         "schema": SCHEMA,
         "agent_version": __version__,
@@ -74,22 +94,7 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             name: {"status": r.status, "error": r.error, "seconds": round(r.seconds, 6)}
             for name, r in snap.sources().items()
         },
-        "leftovers": {
-            **_ipvs_counts(c.of(IpvsService, Owner.IPVS_LEFTOVER)),
-            "kube_ipvs0": {
-                "present": link is not None,
-                "kind": link.kind if link else None,
-                "up": link.up if link else None,
-                "addresses": {
-                    "ipv4": sum(":" not in a for a in addrs),
-                    "ipv6": sum(":" in a for a in addrs),
-                },
-            },
-            "ipsets": _by_family(sets, lambda s: 1),
-            "ipset_entries": _by_family(sets, lambda s: s.elements),
-            "iptables_chains": chains,
-            "iptables_jump_rules": jumps,
-        },
+        "leftovers": _leftovers(snap, c),
         "foreign": _ipvs_counts(c.of(IpvsService, Owner.FOREIGN)),
         # kube-proxy iptables mode's chains (docs/contract.md#ownership), apart from the
         # ipvs-mode counts above

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent import names
@@ -166,6 +167,17 @@ def primary_node_ips(
     return primary, how
 
 
+def _inside(addresses: list[str], cidrs: Iterable[str]) -> list[str]:
+    """The addresses inside any of these CIDRs (one that is not a CIDR counts for none)."""
+    nets = []
+    for c in cidrs:
+        try:
+            nets.append(ipaddress.ip_network(c, strict=False))
+        except ValueError:
+            continue
+    return [a for a in addresses if any(ipaddress.ip_address(a) in n for n in nets)]
+
+
 def check_nodeport_addresses(
     snap: Snapshot, config: Reading[KubeProxyConfig | None], hints: NodeIpHints
 ) -> Check:
@@ -181,13 +193,7 @@ def check_nodeport_addresses(
     )
     if npa and list(npa) != ["primary"]:
         origin = cfg.origins.get("node_port_addresses", "") if cfg else ""
-        nets = []
-        for c in npa:
-            try:
-                nets.append(ipaddress.ip_network(c, strict=False))
-            except ValueError:
-                continue
-        served = [a for a in node if any(ipaddress.ip_address(a) in n for n in nets)]
+        served = _inside(node, npa)
         return _check(
             name,
             "pass",
