@@ -9,6 +9,8 @@ import selectors
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
 
 PACKAGES = {
     "iptables": "iptables",
@@ -58,6 +60,58 @@ def which(tool: str) -> str:
     raise ToolError(f"{tool} not found (install the {package} package)")
 
 
+@dataclass
+class _Input:
+    """What is left of a tool's standard input, and when it last took some."""
+
+    data: bytes
+    pipe: IO[bytes]
+    sel: selectors.BaseSelector
+    pos: int = 0
+    last: float = 0.0
+
+    @property
+    def fed(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def close(self) -> None:
+        self.sel.unregister(self.pipe)
+        self.pipe.close()
+        self.last = time.monotonic()
+
+    def write(self, fd: int) -> None:
+        """As much as the pipe takes now; closed once all is taken or the tool has gone."""
+        try:
+            n = os.write(fd, self.data[self.pos : self.pos + 65536])
+        except BlockingIOError:
+            return
+        except BrokenPipeError:  # it exited early: its exit code says why
+            self.close()
+            return
+        self.pos += n
+        self.last = time.monotonic()
+        if self.fed:
+            self.close()
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]:
+    proc = subprocess.Popen(
+        [which(args[0]), *args[1:]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(),
+    )
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    if stdin is None or stdout is None or stderr is None:  # PIPE makes all three
+        proc.kill()
+        raise ToolError(f"{args[0]}: no pipes to it")
+    with contextlib.suppress(OSError):  # a one-page pipe: what the tool takes shows at once
+        fcntl.fcntl(stdin.fileno(), F_SETPIPE_SZ, 4096)
+    os.set_blocking(stdin.fileno(), False)
+    return proc, stdin, stdout, stderr
+
+
 def load(
     args: list[str],
     text: str,
@@ -70,60 +124,28 @@ def load(
     `stall` seconds, or when it has not exited `stall` seconds plus SECONDS_PER_LINE a line
     after taking the last of it (it is then applying what it read). `progress` is called with
     the seconds elapsed and the share of the input taken, every PROGRESS_EVERY seconds."""
-    data = text.encode()
     after_input = stall + SECONDS_PER_LINE * text.count("\n")
-    cmd = [which(args[0]), *args[1:]]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=environment(),
-    )
-    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
-    if stdin is None or stdout is None or stderr is None:  # PIPE makes all three
-        proc.kill()
-        raise ToolError(f"{args[0]}: no pipes to it")
+    proc, stdin, stdout, stderr = _start(args)
     out, err = bytearray(), bytearray()
     sel = selectors.DefaultSelector()
-    with contextlib.suppress(OSError):  # a one-page pipe: what the tool takes shows at once
-        fcntl.fcntl(stdin.fileno(), F_SETPIPE_SZ, 4096)
-    os.set_blocking(stdin.fileno(), False)
     sel.register(stdin, selectors.EVENT_WRITE)
     sel.register(stdout, selectors.EVENT_READ, out)
     sel.register(stderr, selectors.EVENT_READ, err)
-    pos = 0
-    started = last = time.monotonic()
+    started = time.monotonic()
+    feed = _Input(text.encode(), stdin, sel, last=started)
     report = started + PROGRESS_EVERY
-
-    def close_input() -> None:
-        nonlocal last
-        sel.unregister(stdin)
-        stdin.close()
-        last = time.monotonic()
-
     try:
         while sel.get_map():
             now = time.monotonic()
-            fed = pos >= len(data)
-            allowed = last + (after_input if fed else stall)
+            allowed = feed.last + (after_input if feed.fed else stall)
             if now >= allowed:
-                taken = f"took {pos} of {len(data)} bytes of input"
-                why = f"applied nothing more for {after_input:g}s" if fed else "stalled"
-                raise ToolError(f"{args[0]} {why}: it {taken}, then nothing for {now - last:.0f}s")
+                taken = f"took {feed.pos} of {len(feed.data)} bytes of input"
+                why = f"applied nothing more for {after_input:g}s" if feed.fed else "stalled"
+                gap = now - feed.last
+                raise ToolError(f"{args[0]} {why}: it {taken}, then nothing for {gap:.0f}s")
             for key, _ in sel.select(timeout=min(1.0, allowed - now)):
                 if key.fileobj is stdin:
-                    try:
-                        n = os.write(key.fd, data[pos : pos + 65536])
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:  # it exited early: its exit code says why
-                        close_input()
-                        continue
-                    pos += n
-                    last = time.monotonic()
-                    if pos >= len(data):
-                        close_input()
+                    feed.write(key.fd)
                     continue
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -132,8 +154,8 @@ def load(
                     key.data.extend(chunk)
             if progress and time.monotonic() >= report:
                 report += PROGRESS_EVERY
-                progress(time.monotonic() - started, pos / max(1, len(data)))
-        code = proc.wait(timeout=max(0.1, last + after_input - time.monotonic()))
+                progress(time.monotonic() - started, feed.pos / max(1, len(feed.data)))
+        code = proc.wait(timeout=max(0.1, feed.last + after_input - time.monotonic()))
     except BaseException as exc:
         proc.kill()
         proc.wait()
