@@ -85,22 +85,10 @@ def plan_for(col: Collection, settings: Settings) -> Plan:
     return make_plan(col.snapshot, col.classification, settings.reset_arp_sysctls)
 
 
-def _locked(
-    collect: Callable[[], Collection],
-    settings: Settings,
-    col: Collection,
-    plan: Plan,
-    say: Callable[[str], None],
-    note: Callable[[str], None],
-) -> tuple[Path, list[Outcome], float]:
-    """Gate, backup, re-check and execute, under the lock; raises before any change. Also
-    returns how long the node was half-cleaned: from the first change to the last."""
-    refusal = gate_refusal(col)
-    if refusal:
-        raise Refused(refusal)
-    backed_up = plan.contents()  # the bundle's iptables rules and link come from this plan
+def _backup(plan: Plan, settings: Settings) -> Path:
+    """The bundle, written before any change; CleanupError (nothing changed) when it cannot be."""
     try:
-        bundle = write_bundle(settings.backup_dir, plan, settings.tool_timeout)
+        return write_bundle(settings.backup_dir, plan, settings.tool_timeout)
     except OSError as exc:  # a read-only or missing folder: no change has been made yet
         raise CleanupError(
             f"cannot write the backup under {settings.backup_dir} ({lock.reason(exc)}); point "
@@ -110,16 +98,17 @@ def _locked(
         raise CleanupError(
             f"cannot write the backup under {settings.backup_dir}: {exc}; nothing was changed"
         ) from exc
-    say(f"backup: {bundle}")
-    if settings.pause_before_execute:
-        note("re-checking the gate")
-        time.sleep(settings.pause_before_execute)
-    again = collect()
+
+
+def _recheck(
+    again: Collection, settings: Settings, backed_up: dict[str, str], bundle: Path
+) -> None:
+    """The gate again on a new reading, and that reading against the backup, in content: the
+    plan made from it against the one the bundle was written from, then the members and real
+    servers it lists against the bundle's. Refused (nothing changed) when either differs."""
     refusal = gate_refusal(again)
     if refusal:
         raise Refused(refusal)
-    # In content: the plan from this reading against the one the bundle was
-    # written from, then the members and real servers it lists against the bundle's.
     now = plan_for(again, settings)
     changed = recheck.plan_change(backed_up, now.contents())
     if not changed:
@@ -135,6 +124,9 @@ def _locked(
             "again (nothing was changed)"
         )
 
+
+def _reporter(say: Callable[[str], None], settings: Settings) -> Callable[[Outcome], None]:
+    """Says each outcome; the test hook --kill-after-step kills the process after the k-th."""
     reported = 0
 
     def report(o: Outcome) -> None:
@@ -151,8 +143,33 @@ def _locked(
                 flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
+    return report
+
+
+def _locked(
+    collect: Callable[[], Collection],
+    settings: Settings,
+    col: Collection,
+    plan: Plan,
+    say: Callable[[str], None],
+    note: Callable[[str], None],
+) -> tuple[Path, list[Outcome], float]:
+    """Gate, backup, re-check and execute, under the lock; raises before any change. Also
+    returns how long the node was half-cleaned: from the first change to the last."""
+    refusal = gate_refusal(col)
+    if refusal:
+        raise Refused(refusal)
+    backed_up = plan.contents()  # the bundle's iptables rules and link come from this plan
+    bundle = _backup(plan, settings)
+    say(f"backup: {bundle}")
+    if settings.pause_before_execute:
+        note("re-checking the gate")
+        time.sleep(settings.pause_before_execute)
+    _recheck(collect(), settings, backed_up, bundle)
     started = time.monotonic()
-    outcomes = execute(plan.steps, report, settings.step_delay, settings.tool_timeout)
+    outcomes = execute(
+        plan.steps, _reporter(say, settings), settings.step_delay, settings.tool_timeout
+    )
     return bundle, outcomes, time.monotonic() - started
 
 
