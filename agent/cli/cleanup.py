@@ -12,7 +12,28 @@ from agent.cli import common
 from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Seconds
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agent.cleanup.procedure import Settings
     from agent.collection import Collection
+
+
+def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) -> int:
+    """`cleanup` without --apply: the plan, and what --apply would do; the exit code."""
+    from agent.cleanup import procedure
+    from agent.views.plan import describe
+
+    plan = procedure.plan_for(col, settings)
+    say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
+    for line in describe(plan):
+        say(line)
+    refusal = procedure.gate_refusal(col)
+    say(
+        f"--apply would be {refusal}"
+        if refusal
+        else "nftables mode confirmed: --apply would run this plan"
+    )
+    return exitcodes.REMAINS if col.classification.removable else exitcodes.OK
 
 
 @click.command()
@@ -51,7 +72,6 @@ def cleanup(
 
     from agent.cleanup import procedure
     from agent.logs import BatchedLines
-    from agent.views.plan import describe
 
     common.require_permission()
     # The plan and the gate need only which nftables tables exist; counting the nftables-mode
@@ -80,18 +100,7 @@ def cleanup(
 
     try:
         if not apply_:
-            col = collect()
-            plan = procedure.plan_for(col, settings)
-            say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
-            for line in describe(plan):
-                say(line)
-            refusal = procedure.gate_refusal(col)
-            say(
-                f"--apply would be {refusal}"
-                if refusal
-                else "nftables mode confirmed: --apply would run this plan"
-            )
-            sys.exit(exitcodes.REMAINS if col.classification.removable else exitcodes.OK)
+            sys.exit(_show_plan(collect(), settings, say))
         result = procedure.apply(collect, settings, say, note)
     except (procedure.Refused, procedure.CleanupError) as exc:
         say.flush()  # before common.fail() writes to stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # imported by the commands that read the node, not at start-u
     from agent.collection import Collection
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     """One line on stderr and the documented exit code; never a traceback."""
     click.echo(f"ipvs-leftovers: {message}", err=True)
     sys.exit(code)

@@ -13,7 +13,13 @@ from agent.cli import common
 from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, Seconds
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from agent.cleanup.autoclean import AutoCleanup
+    from agent.collect import Options
     from agent.collection import Collection
+    from agent.views.metrics import SharedCollection
+    from agent.views.server import Server
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -52,6 +58,53 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
         return parse_listen(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+
+def _auto_cleanup(
+    shared: SharedCollection,
+    fresh_opts: Options,
+    max_sync_age: float,
+    hold_down: float,
+    interval: float,
+    files: tuple[str, str],
+) -> AutoCleanup:
+    """serve's auto-cleanup: it observes the scrapes' shared collection and, once due, reads
+    the node as `cleanup --apply` does (every attribute: `fresh_opts`)."""
+    from pathlib import Path
+
+    from agent.cleanup import procedure
+    from agent.cleanup.autoclean import AutoCleanup, Streak
+
+    backup_dir, lock_file = files
+    return AutoCleanup(
+        observe=shared.get,
+        fresh=lambda: common.collection(fresh_opts, max_sync_age),
+        settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
+        streak=Streak(hold_down, max_gap=3 * interval),
+        interval=interval,
+    )
+
+
+def _bind(host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str] | None) -> Server:
+    """The metrics server, bound and said so; a named failure (exit 4) when it cannot be."""
+    import logging
+
+    from agent.views.server import TlsFileError, make_server
+
+    try:
+        server = make_server(host, port, registry, tls)
+    except TlsFileError as exc:
+        common.fail(str(exc), exitcodes.ERROR)
+    except OSError as exc:
+        common.fail(
+            f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR
+        )
+    bound = server.server_address[0]
+    where = "[::]" if bound == "::" else host or "*"
+    both = " (IPv4 and IPv6)" if not host and bound == "::" else ""
+    log = logging.getLogger("ipvs_leftovers.serve")
+    log.info("serving on %s:%d%s%s", where, port, both, " (TLS)" if tls else "")
+    return server
 
 
 @click.command()
@@ -125,7 +178,7 @@ def serve(
     from agent import logs
     from agent.collect import for_scrapes
     from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
-    from agent.views.server import TlsFileError, make_server, serve_until_signalled
+    from agent.views.server import serve_until_signalled
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -141,37 +194,20 @@ def serve(
     shared = SharedCollection(scrape, min_interval)
     auto = None
     if auto_cleanup:
-        from pathlib import Path
-
-        from agent.cleanup import procedure
-        from agent.cleanup.autoclean import AutoCleanup, Streak
-
-        # the cleanup's own reading: every attribute, as `cleanup --apply` reads it
-        fresh_opts = dataclasses.replace(opts, budget=None, ipvs_detail=True)
-        auto = AutoCleanup(
-            observe=shared.get,
-            fresh=lambda: common.collection(fresh_opts, max_sync_age),
-            settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
-            streak=Streak(auto_cleanup_hold_down, max_gap=3 * auto_cleanup_interval),
-            interval=auto_cleanup_interval,
+        auto = _auto_cleanup(
+            shared,
+            dataclasses.replace(opts, budget=None, ipvs_detail=True),
+            max_sync_age,
+            auto_cleanup_hold_down,
+            auto_cleanup_interval,
+            (backup_dir, lock_file),
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))
     ProcessCollector(registry=registry)  # process_* (memory, CPU, fds), like every exporter
     host, port = listen
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
-    try:
-        server = make_server(host, port, registry, tls)
-    except TlsFileError as exc:
-        common.fail(str(exc), exitcodes.ERROR)
-    except OSError as exc:
-        common.fail(
-            f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", exitcodes.ERROR
-        )
-    bound = server.server_address[0]
-    where = "[::]" if bound == "::" else host or "*"
-    both = " (IPv4 and IPv6)" if not host and bound == "::" else ""
-    log.info("serving on %s:%d%s%s", where, port, both, " (TLS)" if tls else "")
+    server = _bind(host, port, registry, tls)
     if auto is not None:
         log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
         auto.start()

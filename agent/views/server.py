@@ -367,6 +367,9 @@ def _bind(host: str, port: int) -> _Server:
         return _Server(("0.0.0.0", port), _Handler)
 
 
+Server = _Server  # what make_server returns, for callers' annotations
+
+
 class TlsFileError(Exception):
     """--tls-cert or --tls-key cannot be used; the message names the file and why."""
 
