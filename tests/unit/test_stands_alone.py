@@ -88,3 +88,32 @@ def test_the_patterns_catch_what_they_are_for(line: str) -> None:
 )
 def test_the_patterns_leave_public_references_alone(line: str) -> None:
     assert not any(p.search(line) for p in FORBIDDEN.values())
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    out = set()
+    for line in doc.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+def test_every_docs_reference_resolves() -> None:
+    """`docs/contract.md#the-cleanup-gate` in code, tests or docs names a file and a heading
+    that exist, so a reader can follow it."""
+    ref = re.compile(r"\b(docs/[\w./-]+\.md)(?:#([\w-]+))?|\(([\w./-]+\.md)#([\w-]+)\)")
+    missing = []
+    for path in _tracked():
+        if path.suffix not in {".py", ".md", ".yaml"} or not path.is_file():
+            continue
+        for m in ref.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            name, anchor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            doc = ROOT / name if name.startswith("docs/") else path.parent / name
+            if not doc.is_file():
+                missing.append(f"{path.relative_to(ROOT)}: {name} does not exist")
+            elif anchor and anchor not in _anchors(doc):
+                missing.append(f"{path.relative_to(ROOT)}: {name} has no heading #{anchor}")
+    assert not missing, "\n".join(sorted(set(missing)))
