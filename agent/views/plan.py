@@ -51,55 +51,53 @@ Action = Literal[
 
 
 @dataclass(frozen=True)
-class DeleteService:
-    """Delete one virtual server (never a flush)."""
+class _Step:
+    """What every step says: its object's name and the evidence it goes on."""
 
     target: str
     evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeleteService(_Step):
+    """Delete one virtual server (never a flush)."""
+
     service: IpvsService
     phase: ClassVar[int] = 1
     action: ClassVar[Action] = "delete-ipvs-service"
 
 
 @dataclass(frozen=True)
-class DeleteLink:
+class DeleteLink(_Step):
     """Delete kube-ipvs0, if it is still a dummy."""
 
-    target: str
-    evidence: tuple[str, ...]
     link: Link
     phase: ClassVar[int] = 2
     action: ClassVar[Action] = "delete-link"
 
 
 @dataclass(frozen=True)
-class ChangeTable:
+class ChangeTable(_Step):
     """One table's jumps out, its chains flushed and deleted, in one transaction."""
 
-    target: str
-    evidence: tuple[str, ...]
     table: TableChange
     phase: ClassVar[int] = 3
     action: ClassVar[Action] = "iptables-table"
 
 
 @dataclass(frozen=True)
-class DestroySet:
+class DestroySet(_Step):
     """Destroy one ipset by name."""
 
-    target: str
-    evidence: tuple[str, ...]
     ipset: Ipset
     phase: ClassVar[int] = 4
     action: ClassVar[Action] = "destroy-ipset"
 
 
 @dataclass(frozen=True)
-class ResetSysctl:
+class ResetSysctl(_Step):
     """Write a strictARP sysctl back to its default (only on request)."""
 
-    target: str
-    evidence: tuple[str, ...]
     sysctl: tuple[str, str, str]  # name, from, to
     phase: ClassVar[int] = 5
     action: ClassVar[Action] = "reset-sysctl"
