@@ -58,7 +58,7 @@ def _ips(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
     return tuple(out)
 
 
-def _target(probe_address: str | None) -> tuple[str | None, str]:
+def probe_target(probe_address: str | None) -> tuple[str | None, str]:
     """The probe target and where it came from; None with the reason when there is none."""
     if probe_address:
         return probe_address, "--probe-address"
@@ -75,7 +75,7 @@ def _target(probe_address: str | None) -> tuple[str | None, str]:
 
 def probe(probe_address: str | None, timeout: float) -> ProbeResult:
     """One real TCP connection from this node to a Service, closed at once."""
-    target, origin = _target(probe_address)
+    target, origin = probe_target(probe_address)
     if target is None:
         return ProbeResult(None, "", False, origin)
     try:
