@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,24 @@ def run_agent(
     full_env = {**os.environ, **(env or {})}
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=full_env)
     return Result(p.returncode, p.stdout, p.stderr)
+
+
+@contextmanager
+def listener(ns: str) -> Iterator[int]:
+    """A TCP listener on 127.0.0.1 inside ns (the kernel completes handshakes from its backlog)."""
+    code = (
+        "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16); "
+        "print(s.getsockname()[1], flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def python_json(ns: str, *args: str, timeout: float = 120) -> Any:

@@ -17,7 +17,7 @@ from lab import build
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests import oracle
-from tests.conftest import Result, run_agent
+from tests.conftest import Result, listener, run_agent
 
 pytestmark = pytest.mark.netns
 CONFIRMED = {"mode": "nftables", "families": ["IPv4", "IPv6"], "last_sync_age": 2.0}
@@ -67,24 +67,6 @@ def process(ns: str, *argv: str) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-@contextmanager
-def listener(ns: str) -> Iterator[int]:
-    """A TCP listener on 127.0.0.1 inside ns (the kernel completes handshakes from its backlog)."""
-    code = (
-        "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16); "
-        "print(s.getsockname()[1], flush=True); time.sleep(600)"
-    )
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline())
     finally:
         proc.kill()
         proc.wait()

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from lab.kube_proxy import start_fake_kube_proxy
 from lab.model import Node
 from lab.scenarios import realistic_node
 from tests import oracle
-from tests.conftest import Result, run_agent
+from tests.conftest import Result, listener, run_agent
 
 pytestmark = pytest.mark.vm
 CONFIRMED = {"mode": "nftables", "families": ["IPv4"], "last_sync_age": 2.0}
@@ -49,23 +47,6 @@ def kube_schedulers(node: Node) -> str:
     return "kube-proxy's IPVS services use " + ", ".join(
         f"{s} ({n})" for s, n in sorted(counts.items())
     )
-
-
-@contextmanager
-def listener(ns: str) -> Iterator[int]:
-    code = (
-        "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16); "
-        "print(s.getsockname()[1], flush=True); time.sleep(600)"
-    )
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline())
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.parametrize("third_party", [True, False], ids=["keepalived", "kube-only"])
