@@ -14,7 +14,6 @@ from agent.readers._timing import timed
 from agent.readers.netlink import NLA_HEADER, NLA_KIND, RtNetlink, consistent
 from agent.snapshot import Link, Links, Reading
 
-KUBE_IPVS0 = names.KUBE_IPVS0
 _V6_LOOPBACK = bytes(15) + b"\x01"
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 _IFADDRMSG = struct.Struct("=BBBBI")
@@ -49,7 +48,7 @@ def _read() -> Links:
     with RtNetlink() as rt:
         kube: tuple[int, str | None, bool] | None = None
         for row in rt.link_rows():
-            if row.name == KUBE_IPVS0:
+            if row.name == names.KUBE_IPVS0:
                 kube = (row.index, row.kind, row.up)
         kube_addrs: list[str] = []
         node: list[str] = []
@@ -68,7 +67,7 @@ def _read() -> Links:
                 node.append(text)
     link = None
     if kube is not None:
-        link = Link(KUBE_IPVS0, kube[0], kube[1], kube[2], tuple(kube_addrs))
+        link = Link(names.KUBE_IPVS0, kube[0], kube[1], kube[2], tuple(kube_addrs))
     return Links(kube_ipvs0=link, node_addresses=tuple(node))
 
 

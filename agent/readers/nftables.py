@@ -34,9 +34,8 @@ _FAMILY_NUMBERS = {v: k for k, v in FAMILIES.items()}
 GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM = 1, 4, 7, 10, 13
 RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
 LIST_ELEM, EXPR_NAME, EXPR_DATA = 1, 1, 2
+# kube-proxy's `masquerading` chain: `mark and M == 0 return; mark set mark xor M; masquerade`.
 BITWISE_MASK, BITWISE_XOR, DATA_VALUE = 4, 5, 1
-# kube-proxy's nftables mode: `mark and M == 0 return; mark set mark xor M; masquerade`.
-MASQUERADING_CHAIN = names.MASQUERADING_CHAIN
 TABLE_NAME = CHAIN_TABLE = SET_TABLE = ELEM_LIST_TABLE = 1
 SET_NAME = ELEM_LIST_SET = 2
 CHAIN_NAME = 3
@@ -177,7 +176,7 @@ def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:
     expression; both must be there for the mark to count as honoured.
     """
     body = attr(RULE_TABLE, table.encode() + b"\0") + attr(
-        RULE_CHAIN, MASQUERADING_CHAIN.encode() + b"\0"
+        RULE_CHAIN, names.MASQUERADING_CHAIN.encode() + b"\0"
     )
     tested: int | None = None
     masquerades = False
@@ -189,7 +188,7 @@ def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:
         raise
     for p in rules:
         a = attrs(p, 4)
-        if nul_text(a.get(RULE_CHAIN)) != MASQUERADING_CHAIN or RULE_EXPRESSIONS not in a:
+        if nul_text(a.get(RULE_CHAIN)) != names.MASQUERADING_CHAIN or RULE_EXPRESSIONS not in a:
             continue
         for elem in _nested(a[RULE_EXPRESSIONS], LIST_ELEM):
             e = attrs(elem)
