@@ -106,9 +106,10 @@ def _roots(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "; ".join(f"{n:,}: {root}" for n, root in per.items()) + "."
 
 
-def markdown(doc: dict[str, Any]) -> str:
-    m, rs = doc["meta"], doc["results"]
-    out = [
+def _head(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The run's header and its times and peak memory."""
+    out: list[str] = []
+    out += [
         "# Benchmark results",
         "",
         f"Command: `{m['command']}`  ",
@@ -133,6 +134,12 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(r.get('audit_rss_mb'), 0)} | {_f(r.get('serve_rss_mb'), 0)} | "
             f"{_f(r.get('backup_mb'), 1)} |"
         )
+    return out
+
+
+def _ratios(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The agent against the shell pipeline, the floor and the baseline."""
+    out: list[str] = []
     out += [
         "",
         "## Ratios",
@@ -149,6 +156,12 @@ def markdown(doc: dict[str, Any]) -> str:
             _ratio(r, "cleanup_s", "baseline_cleanup_s"),
         )
         out.append(f"| {r['n']:,} | " + " | ".join(_f(x) for x in ratios) + " |")
+    return out
+
+
+def _targets(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The targets at 10,000 Services (or the largest size)."""
+    out: list[str] = []
     at = next((r for r in rs if r["n"] == 10000), rs[-1] if rs else None)
     if at is not None and "cleanup_s" in at:
         out += [
@@ -169,6 +182,12 @@ def markdown(doc: dict[str, Any]) -> str:
                 if least > limit:
                     met = f"**no**: impossible, the cleanup procedure's floor is {least:.2f}x"
             out.append(f"| {label} | {v:.2f}{unit} | ≤ {limit:g}{unit} | {met} |")
+    return out
+
+
+def _growth(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """Growth exponents, within one root filesystem."""
+    out: list[str] = []
     groups = by_root(m, rs)
     for root, grs in groups.items():
         # Only within one root: the uncached one charges small sizes' Python starts more, so
@@ -191,6 +210,12 @@ def markdown(doc: dict[str, Any]) -> str:
             have = [r["n"] for r in grs if r.get(key)]
             span = f"{have[0]:,} → {have[-1]:,}" if len(have) >= 2 else "—"
             out.append(f"| {label} | {_f(growth(grs, key))} | {span} |")
+    return out
+
+
+def _peers(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The agent against the tools operators already run."""
+    out: list[str] = []
     out += [
         "",
         "## Against the tools operators already run",
@@ -225,6 +250,12 @@ def markdown(doc: dict[str, Any]) -> str:
     notes = [f"- {r['n']:,}: kube-proxy --cleanup: {x}" for r in rs for x in r.get("kp_notes", [])]
     if notes:
         out += ["", *notes]
+    return out
+
+
+def _peer_targets(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The targets against those tools, per size."""
+    out: list[str] = []
     for at in (r for r in rs if r["n"] in (1000, 10000, 20000) and r.get("ne_scrape_s")):
         out += [
             "",
@@ -248,6 +279,12 @@ def markdown(doc: dict[str, Any]) -> str:
                 v = at.get(key)
                 met = "—" if v is None else ("yes" if v <= limit else "**no**")
                 out.append(f"| {label} | {_f(v, 0)} | ≤ {limit:g} | {met} |")
+    return out
+
+
+def _cleanup_floor(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """cleanup --apply against the least the procedure can cost."""
+    out: list[str] = []
     out += [
         "",
         "## Cleanup against the least the cleanup procedure can cost",
@@ -277,6 +314,12 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{r['cleanup_s'] / (r['cleanup_floor_s'] - r['floor_inproc_s']):.2f} | "
             f"{_f(r.get('cleanup_rss_mb'), 0)} |"
         )
+    return out
+
+
+def _audit_floor(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The cold audit against the least a Python audit can cost."""
+    out: list[str] = []
     starts = [r for r in rs if r.get("startup_floor_s")]
     if starts:
         out += [
@@ -306,6 +349,12 @@ def markdown(doc: dict[str, Any]) -> str:
             "*per round*: the median of each round's audit / pipeline (the two run back to back), "
             "which the VM's drift within a run moves less than the ratio of the medians.",
         ]
+    return out
+
+
+def _build(m: dict[str, Any], rs: list[dict[str, Any]]) -> list[str]:
+    """The lab state's build, and the counts both reads agree on."""
+    out: list[str] = []
     out += [
         "",
         "## Lab state build (not a target)",
@@ -329,7 +378,26 @@ def markdown(doc: dict[str, Any]) -> str:
             f"({c['kube_ipset_elements']} elements), {c['nat_kube_rules']} nat KUBE- rules, "
             f"{c['nft_tables']} nf_tables tables"
         )
-    return "\n".join(out) + "\n"
+    return out
+
+
+# The report's sections, each a table (or a few) of the results, in order.
+_SECTIONS = (
+    _head,
+    _ratios,
+    _targets,
+    _growth,
+    _peers,
+    _peer_targets,
+    _cleanup_floor,
+    _audit_floor,
+    _build,
+)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    m, rs = doc["meta"], doc["results"]
+    return "\n".join(line for section in _SECTIONS for line in section(m, rs)) + "\n"
 
 
 def growth(results: list[dict[str, Any]], key: str) -> float | None:
