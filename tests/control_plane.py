@@ -55,15 +55,33 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"
 # QEMU's user network: the guest's address of the host's loopback.
 GUEST_HOST = "10.0.2.2"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# "Limit Priority Class consumption by default", as GKE configures it: a Pod of a system-*-critical
+# class is admitted outside kube-system only where a ResourceQuota covers that class. Upstream's
+# default admits it anywhere; daemonset/resourcequota.yaml exists for clusters that do this.
+ADMISSION_CONFIGURATION = """\
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ResourceQuota
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: ResourceQuotaConfiguration
+      limitedResources:
+        - resource: pods
+          matchScopes:
+            - scopeName: PriorityClass
+              operator: In
+              values: ["system-node-critical", "system-cluster-critical"]
+"""
 START_DEADLINE = 120.0  # seconds, for each program to become ready
 STOP_GRACE = 10.0
 KUBECTL_TIMEOUT = 60.0
 KUBECTL = Path(sys.executable).with_name("kubectl")
 
 # (user, groups) of the identities the tests use
-ADMIN = ("kubernetes-admin", ["system:masters"])
-KUBE_PROXY = ("system:kube-proxy", [])
-CONTROLLER_MANAGER = ("system:kube-controller-manager", [])
+ADMIN: tuple[str, list[str]] = ("kubernetes-admin", ["system:masters"])
+KUBE_PROXY: tuple[str, list[str]] = ("system:kube-proxy", [])
+CONTROLLER_MANAGER: tuple[str, list[str]] = ("system:kube-controller-manager", [])
 
 
 class ControlPlaneError(RuntimeError):
@@ -147,17 +165,20 @@ def _openssl(*args: str) -> None:
 
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-controller-manager) under `workdir`; see the module's
-    docstring. `start()`/`stop()`, or a context manager."""
+    docstring. `start()`/`stop()`, or a context manager. `limit_critical_pods`: the
+    ResourceQuota admission configuration of ADMISSION_CONFIGURATION (on by default)."""
 
     def __init__(
         self,
         workdir: Path,
         *,
         controller_manager: bool = False,
+        limit_critical_pods: bool = True,
         deadline: float = START_DEADLINE,
     ) -> None:
         self.workdir = Path(workdir)
         self.controller_manager = controller_manager
+        self.limit_critical_pods = limit_critical_pods
         self.deadline = deadline
         self.port = 0
         self.programs: dict[str, _Program] = {}
@@ -376,6 +397,11 @@ class ControlPlane:
         binary = upstream_binary("kube-apiserver", KUBERNETES_VERSION)
         self.port = free_port()
         pki = self.pki
+        admission: list[str] = []
+        if self.limit_critical_pods:
+            config = self.workdir / "admission.yaml"
+            config.write_text(ADMISSION_CONFIGURATION)
+            admission = [f"--admission-control-config-file={config}"]
         p = _Program(
             "kube-apiserver",
             [
@@ -390,6 +416,7 @@ class ControlPlane:
                 f"--client-ca-file={self.ca_cert}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction,PodSecurity,ResourceQuota,ServiceAccount",
+                *admission,
                 f"--service-cluster-ip-range={','.join(SERVICE_CIDRS)}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
