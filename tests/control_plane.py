@@ -32,6 +32,7 @@ import ctypes
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -40,12 +41,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from tests.upstream import upstream_binary
+
+T = TypeVar("T")
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.4"
@@ -375,6 +379,25 @@ class ControlPlane:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode(errors="replace")
 
+    def _on_free_ports(self, name: str, start: Callable[[], T]) -> T:
+        """start(), again with new ports (at most 3 tries) when the program found one of the
+        ports it was given taken: another process can take a port between free_port() and the
+        program's bind."""
+        log = self.workdir / f"{name}.log"
+        for attempt in range(3):
+            offset = log.stat().st_size if log.exists() else 0
+            try:
+                return start()
+            except ControlPlaneError:
+                if name in self.programs:
+                    self.programs.pop(name).stop()
+                said = log.read_bytes()[offset:].decode(errors="replace")
+                if attempt == 2 or "address already in use" not in said:
+                    raise
+                if name == "etcd":  # its data dir names the peer URL it was given
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+        raise AssertionError("unreachable")
+
     def _start_etcd(self) -> str:
         etcd = upstream_binary("etcd", ETCD_VERSION)
         client, peer = free_port(), free_port()
@@ -505,11 +528,11 @@ class ControlPlane:
             upstream_binary(program, version)
         try:
             self._make_pki()
-            etcd_url = self._start_etcd()
-            self._start_apiserver(etcd_url)
+            etcd_url = self._on_free_ports("etcd", self._start_etcd)
+            self._on_free_ports("kube-apiserver", lambda: self._start_apiserver(etcd_url))
             self.admin_kubeconfig.write_text(self.kubeconfig(*ADMIN))
             if self.controller_manager:
-                self._start_controller_manager()
+                self._on_free_ports("kube-controller-manager", self._start_controller_manager)
         except BaseException:
             self.stop()
             raise

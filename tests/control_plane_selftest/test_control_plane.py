@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import tests.control_plane as control_plane
 from tests.control_plane import ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.controlplane
@@ -99,3 +101,27 @@ def test_a_program_not_ready_in_time_is_stopped_and_its_log_shown(tmp_path: Path
     assert message.startswith("etcd not healthy (GET /health) within 0 s (last probe: ")
     assert f"; the end of {tmp_path / 'cp' / 'etcd.log'}:" in message
     assert [pid for pid in cp.pids().values() if alive(pid)] == []
+
+
+def test_a_port_taken_before_the_program_binds_it_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """free_port() and the program's bind are apart: another process may take the port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        given = [port]
+        real = control_plane.free_port
+        monkeypatch.setattr(control_plane, "free_port", lambda: given.pop() if given else real())
+        cp = ControlPlane(tmp_path / "cp")
+        cp.workdir.mkdir()
+        try:
+            url = cp._on_free_ports("etcd", cp._start_etcd)
+            assert url != f"http://127.0.0.1:{port}"
+            assert cp.programs["etcd"].proc is not None
+            assert cp.programs["etcd"].proc.poll() is None
+        finally:
+            cp.stop()
+    log = (tmp_path / "cp" / "etcd.log").read_text()
+    assert f"127.0.0.1:{port}: bind: address already in use" in log
