@@ -99,11 +99,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the process that started it dies, so that a test
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In the child before exec: `sig` when the process that started it dies, so that a test
     run killed hard leaves no etcd or apiserver behind (prctl PR_SET_PDEATHSIG)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(1, sig, 0, 0, 0)
+
+
+def _terminated_with_parent() -> None:
+    """`run`'s CMD: SIGTERM (its own cleanup, e.g. vm-run's) if `run` is killed hard."""
+    _die_with_parent(signal.SIGTERM)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -680,7 +685,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         cp.write_dir(out)
         env = {**os.environ, "IPVS_LEFTOVERS_CONTROL_PLANE": str(out)}
-        child = subprocess.Popen(cmd, env=env)
+        child = subprocess.Popen(cmd, env=env, preexec_fn=_terminated_with_parent)
         try:
             return child.wait()
         finally:
