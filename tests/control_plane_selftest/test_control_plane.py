@@ -15,7 +15,7 @@ import pytest
 import tests.control_plane as control_plane
 from tests.control_plane import ControlPlane, ControlPlaneError
 
-pytestmark = pytest.mark.controlplane
+pytestmark = [pytest.mark.controlplane, pytest.mark.upstream]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,7 @@ from tests.control_plane import (
 )
 from tests.upstream import upstream_binary
 
-pytestmark = pytest.mark.controlplane
+pytestmark = [pytest.mark.controlplane, pytest.mark.upstream]
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "daemonset"

@@ -25,7 +25,7 @@ from tests.conftest import REPO, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.netns.test_cleanup import apply
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.upstream]
 
 
 def kube_proxy_binary(tmp: Path) -> str:
