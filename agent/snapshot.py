@@ -305,6 +305,8 @@ class Link:
     kind: str | None
     up: bool
     addresses: tuple[str, ...]  # "10.96.0.1/32", "fd00::1/128"
+    # the queue length: kube-proxy v1.34+ makes kube-ipvs0 with 0, `ip link add` with 1000
+    txqlen: int | None = None
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="fail (not skip) when the VM tier cannot run: IPVS or dummy unavailable",
     )
-    parser.addoption(
-        "--kube-proxy",
-        default=None,
-        help="kube-proxy binary for the real-kube-proxy tier (default: $IPVS_LEFTOVERS_KUBE_PROXY, "
-        "else v1.30.3 as scripts/build-upstream builds it)",
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "scripts" / "build-upstream"
-# The release the recorded data (tests/data/kube-proxy-v1.30.3) and the tier's assertions are for.
-KUBE_PROXY_VERSION = "v1.30.3"
+# The newest release the project tests (tests/realkp/nodes.py runs the older ones by version).
+KUBE_PROXY_VERSION = "v1.37.2"
 
 
 def upstream_binary(program: str, version: str) -> Path:
@@ -29,9 +29,9 @@ def upstream_binary(program: str, version: str) -> Path:
 
 
 def kube_proxy(option: str | None = None, version: str = KUBE_PROXY_VERSION) -> Path:
-    """The kube-proxy to test: the option, else $IPVS_LEFTOVERS_KUBE_PROXY, else the project-built
-    release `version`."""
-    given = option or os.environ.get("IPVS_LEFTOVERS_KUBE_PROXY")
+    """The kube-proxy to test: the option (a binary's path), else the project-built release
+    `version`."""
+    given = option
     if given:
         path = Path(given)
         if not os.access(path, os.X_OK):

@@ -11,7 +11,7 @@ One folder per run, written whole or not at all (agent.cleanup.bundle):
   iptables-<backend>-<family>.save     the whole table dump before cleanup, for reference
   iptables-<backend>-<family>.restore  `iptables-restore --noflush` input re-creating what was
                                        removed: chains, their rules, the jumps at their places
-  kube-ipvs0.json                the link's kind and addresses
+  kube-ipvs0.json                the link's kind, addresses and queue length
   sysctls.json                   sysctls changed, with their values before
 """
 
@@ -206,6 +206,8 @@ def _files(plan: Plan, timeout: float) -> Iterator[tuple[str, str]]:
             "up": link.up,
             "addresses": list(link.addresses),
         }
+        if link.txqlen is not None:
+            doc["txqlen"] = link.txqlen
         yield "kube-ipvs0.json", json.dumps(doc, indent=2) + "\n"
 
     sysctls = {s.sysctl[0]: s.sysctl[1] for s in plan.steps if isinstance(s, ResetSysctl)}

@@ -49,7 +49,7 @@ __all__ = ["BundleError", "Busy", "RestoreFailed", "restore"]
 
 RTM_NEWLINK, RTM_NEWADDR, RTM_DELADDR = 16, 20, 21
 NLM_F_CREATE = 0x400
-IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
+IFLA_IFNAME, IFLA_TXQLEN, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 13, 18, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 IFF_UP = 0x1
 SETNAME = 2
@@ -170,8 +170,10 @@ def _ifinfo(index: int, flags: int = 0, change: int = 0) -> bytes:
     return struct.pack("=BxHiII", 0, 0, index, flags, change)
 
 
-def _new_dummy(rt: RtNetlink, name: str, index: int) -> None:
+def _new_dummy(rt: RtNetlink, name: str, index: int, txqlen: int | None) -> None:
     body = _ifinfo(index) + attr(IFLA_IFNAME, name.encode() + b"\0")
+    if txqlen is not None:
+        body += attr(IFLA_TXQLEN, struct.pack("=I", txqlen))
     body += attr(IFLA_LINKINFO | NLA_F_NESTED, attr(IFLA_INFO_KIND, b"dummy"))
     rt.command(RTM_NEWLINK, body, NLM_F_CREATE | NLM_F_EXCL)
 
@@ -209,10 +211,10 @@ def _link(link: LinkRestore, undo: _Undo, say: Say) -> int:
             raise RestoreFailed(f"{link.name} exists and is of kind {row.kind}, not dummy")
         if row is None:
             try:  # the old interface index, so that the node is as it was
-                _new_dummy(rt, link.name, link.index)
+                _new_dummy(rt, link.name, link.index, link.txqlen)
             except NetlinkError as exc:
                 say(f"  kube-ipvs0 gets a new interface index ({exc})")
-                _new_dummy(rt, link.name, 0)
+                _new_dummy(rt, link.name, 0, link.txqlen)
             row = consistent(lambda: next(r for r in rt.link_rows() if r.name == link.name))
             created = row.index
 

@@ -69,6 +69,7 @@ class LinkRestore:
     index: int
     up: bool
     addresses: tuple[str, ...]
+    txqlen: int | None = None  # absent from bundles of agents before it was kept
 
 
 @dataclass(frozen=True)
@@ -250,8 +251,13 @@ def check_ipsets(text: str, removed: Removed) -> tuple[SetRestore, ...]:
 
 def check_link(doc: object, removed: Removed) -> LinkRestore:
     keys = {"name", "index", "kind", "up", "addresses"}
-    if not isinstance(doc, dict) or set(doc) != keys:
-        raise BundleError(f"kube-ipvs0.json must hold exactly {', '.join(sorted(keys))}")
+    if not isinstance(doc, dict) or not keys <= set(doc) <= keys | {"txqlen"}:
+        raise BundleError(
+            f"kube-ipvs0.json must hold exactly {', '.join(sorted(keys))} (and txqlen)"
+        )
+    txqlen = doc.get("txqlen")
+    if txqlen is not None and (type(txqlen) is not int or not 0 <= txqlen < 2**32):
+        raise BundleError("kube-ipvs0.json: txqlen must be an integer from 0 to 2^32-1")
     if doc["name"] != names.KUBE_IPVS0 or removed.link != names.KUBE_IPVS0:
         raise BundleError(f"kube-ipvs0.json: only {names.KUBE_IPVS0} may be restored")
     if doc["kind"] != "dummy":
@@ -270,7 +276,7 @@ def check_link(doc: object, removed: Removed) -> LinkRestore:
             raise BundleError(f"kube-ipvs0.json: {a!r} is not a /32 or /128 Service address")
     if len(set(addresses)) != len(addresses):
         raise BundleError("kube-ipvs0.json: an address is listed twice")
-    return LinkRestore(names.KUBE_IPVS0, index, up, tuple(addresses))
+    return LinkRestore(names.KUBE_IPVS0, index, up, tuple(addresses), txqlen)
 
 
 # --- iptables-<backend>-<family>.restore -------------------------------------------------------

@@ -46,10 +46,10 @@ def _address_of(payload: memoryview, family: int) -> memoryview | None:
 
 def _read() -> Links:
     with RtNetlink() as rt:
-        kube: tuple[int, str | None, bool] | None = None
+        kube = None
         for row in rt.link_rows():
             if row.name == names.KUBE_IPVS0:
-                kube = (row.index, row.kind, row.up)
+                kube = row
         kube_addrs: list[str] = []
         node: list[str] = []
         for p in rt.addresses():
@@ -60,14 +60,16 @@ def _read() -> Links:
             # inet_ntop: ipaddress.ip_address per address cost a second of a 10,000-Service
             # read in the VM; it prints the same text for both families
             text = socket.inet_ntop(family, raw)
-            if kube is not None and index == kube[0]:
+            if kube is not None and index == kube.index:
                 kube_addrs.append(f"{text}/{prefix}")
             elif not _loopback_or_link_local(family, raw):
                 # kube-proxy's NodePort addresses: no loopback, no IPv6 link-local
                 node.append(text)
     link = None
     if kube is not None:
-        link = Link(names.KUBE_IPVS0, kube[0], kube[1], kube[2], tuple(kube_addrs))
+        link = Link(
+            names.KUBE_IPVS0, kube.index, kube.kind, kube.up, tuple(kube_addrs), kube.txqlen
+        )
     return Links(kube_ipvs0=link, node_addresses=tuple(node))
 
 

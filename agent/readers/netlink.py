@@ -322,6 +322,7 @@ class LinkRow(NamedTuple):
     name: str
     kind: str | None
     up: bool
+    txqlen: int | None = None  # IFLA_TXQLEN
 
 
 class RtNetlink(NetlinkSocket):
@@ -330,7 +331,7 @@ class RtNetlink(NetlinkSocket):
     RTM_DELLINK = 17
     RTM_GETLINK = 18
     RTM_GETADDR = 22
-    IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
+    IFLA_IFNAME, IFLA_TXQLEN, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 13, 18, 1
     IFF_UP = 0x1
 
     def __init__(self) -> None:
@@ -341,14 +342,16 @@ class RtNetlink(NetlinkSocket):
         return self.raw_request(self.RTM_GETLINK, struct.pack("=BxHiII", 0, 0, 0, 0, 0))
 
     def link_rows(self) -> Iterator[LinkRow]:
-        """Each link's index, name, kind (IFLA_INFO_KIND) and whether it is up."""
+        """Each link's index, name, kind (IFLA_INFO_KIND), whether it is up, its queue length."""
         for p in self.links():
             _, _, index, flags, _ = struct.unpack_from("=BxHiII", p)
             a = attrs(p, 16)
             info = a.get(self.IFLA_LINKINFO)
             kind = nul_text(attrs(info).get(self.IFLA_INFO_KIND)) if info is not None else None
             up = bool(flags & self.IFF_UP)
-            yield LinkRow(index, nul_text(a.get(self.IFLA_IFNAME)), kind or None, up)
+            q = a.get(self.IFLA_TXQLEN)
+            txqlen = struct.unpack_from("=I", q)[0] if q is not None and len(q) >= 4 else None
+            yield LinkRow(index, nul_text(a.get(self.IFLA_IFNAME)), kind or None, up, txqlen)
 
     def delete_link(self, index: int) -> None:
         """`ip link del` of the link with this index."""

@@ -1,11 +1,11 @@
-"""Real kube-proxy v1.30.3 in iptables mode, in a namespace of this kernel (iptables mode needs
+"""Real kube-proxy (the newest release) in iptables mode, in a namespace of this kernel (iptables mode needs
 no IPVS): over a lab node's ipvs-mode leftovers, as on a node that went ipvs -> iptables ->
 nftables. What the real binary wrote must be classified with no unknown-kube and no foreign
 KUBE-* object, and cleanup must remove both modes and leave the rest byte-identical.
 
-The binary: $IPVS_LEFTOVERS_KUBE_PROXY, else v1.30.3 as the project builds it from its Go module
+The binary: the newest release the project builds from its Go module
 (scripts/build-upstream, run by scripts/install-deps). The API server: tests/fake_apiserver.py, the
-real-kube-proxy tier's. Either missing, the test fails: it is not skipped."""
+real-kube-proxy tier used to run against. Either missing, the test fails: it is not skipped."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tests.conftest import REPO, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.netns.test_cleanup import apply
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.upstream]
 
 
 def kube_proxy_binary(tmp: Path) -> str:

@@ -1,5 +1,5 @@
 """The lab's ipvs-mode node for the real tier's Service mix, for comparison with what real
-kube-proxy v1.30.3 wrote (tests/data/kube-proxy-v1.30.3/states/)."""
+kube-proxy wrote (tests/data/kube-proxy-<version>/states/)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from lab import model, render
 from tests import fake_apiserver as api
 from tests.realkp import mix
 from tests.realkp.node import NodeNet
+
+NFACCT_MATCH = " -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts"
 
 
 def lab_node(net: NodeNet, sctp: bool) -> model.Node:
@@ -38,7 +40,8 @@ def lab_node(net: NodeNet, sctp: bool) -> model.Node:
     return model.Node(
         tuple(services),
         node_ips=ips,
-        families=("ipv4", "ipv6"),  # kube-proxy runs both wherever ip6tables works
+        # kube-proxy runs both families wherever the node has IPv6, IPv4-only node or not
+        families=("ipv4", "ipv6") if net.ipv6 else ("ipv4",),
         backend=net.backend,  # type: ignore[arg-type]
         with_ipvs=True,
         kubelet=False,
@@ -143,6 +146,13 @@ def differences(
                 for side in (real, lab):
                     if c in side:
                         side[c] = sorted(side[c])
+            # From v1.31 kube-proxy counts the INVALID drops with an nfacct counter where the
+            # kernel has nfacct (the VM's has): a match the lab does not write, since the
+            # kernel of the namespace tier has no nfacct. Listed in README "Decisions"; the
+            # agent reads both (scenario C of the real tier runs the newest release).
+            real["KUBE-FORWARD"] = [
+                r.replace(NFACCT_MATCH, "") for r in real.get("KUBE-FORWARD", [])
+            ]
         for chain in sorted(set(real) | set(lab)):
             if real.get(chain, []) != lab.get(chain, []):
                 out.append(f"{where} {chain}: real {real.get(chain)} lab {lab.get(chain)}")

@@ -1,12 +1,14 @@
 """One node for the real-kube-proxy tier: a namespace, its veth, listeners, real kube-proxy.
 
 Only for the VM (scripts/vm-run): the veth's peer lives in the VM's root namespace, where the
-test process runs the fake API server on the peer address. Nothing here runs on the host.
+test process forwards the peer address's API port to the node's real kube-apiserver on the
+host (tests/realkp/cluster.py). Nothing here runs on the host.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -22,9 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from tests import upstream
-from tests.fake_apiserver import Cluster, FakeAPIServer
-
 REPO = Path(__file__).resolve().parents[2]
 LISTEN_PORT = 8080  # the local endpoints' listener, on every address of the namespace
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -36,13 +35,6 @@ def sh(args: list[str], stdin: str | None = None, check: bool = True) -> str:
     if check and p.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} -> {p.returncode}: {p.stderr.strip()[:2000]}")
     return p.stdout
-
-
-def kube_proxy_binary(option: str | None, workdir: Path) -> Path:
-    """The binary to test: the option, $IPVS_LEFTOVERS_KUBE_PROXY, else the project-built v1.30.3
-    (scripts/build-upstream; tests/upstream.py). `workdir` is unused, kept for the callers."""
-    del workdir
-    return upstream.kube_proxy(option)
 
 
 def tool_dir(backend: str, workdir: Path) -> Path:
@@ -57,17 +49,41 @@ def tool_dir(backend: str, workdir: Path) -> Path:
     return d
 
 
-@dataclass
+def path_without_modprobe(backend: str, workdir: Path) -> str:
+    """kube-proxy's PATH on a node whose image has no `modprobe`: every program of /usr/sbin
+    and /usr/bin but that one (kube-proxy finds its tools by name on PATH)."""
+    d = workdir / "bin-no-modprobe"
+    if not d.exists():
+        tmp = workdir / f".bin-no-modprobe-{os.getpid()}-{threading.get_ident()}"
+        tmp.mkdir(parents=True)
+        for src in (Path("/usr/sbin"), Path("/usr/bin")):
+            for prog in src.iterdir():
+                if prog.name != "modprobe" and not (tmp / prog.name).exists():
+                    (tmp / prog.name).symlink_to(prog)
+        try:
+            tmp.rename(d)
+        except OSError:  # another node's thread made it first
+            shutil.rmtree(tmp)
+    return f"{tool_dir(backend, workdir)}:{d}"
+
+
+@dataclass(frozen=True)
 class NodeNet:
-    """Addresses of node `index`: 192.168.6<index>.10/24 and fd00:6<index>::10/64 on eth0."""
+    """Addresses of node `index`: 192.168.6<index>.10/24 and fd00:6<index>::10/64 on eth0.
+
+    `tag` names the node's kube-proxy releases in its namespace (`rk137-nft-ds`); `ipv6` False
+    disables IPv6 in the namespace (`net.ipv6.conf.all.disable_ipv6=1`: no ip6 family at all)."""
 
     index: int
     backend: str  # legacy | nft
     dual_stack: bool
+    tag: str = ""
+    ipv6: bool = True
 
     @property
     def ns(self) -> str:
-        return f"rk-{self.backend}-{'ds' if self.dual_stack else 'v4'}"
+        stack = "ds" if self.dual_stack else ("v4" if self.ipv6 else "v4no6")
+        return f"rk{self.tag}-{self.backend}-{stack}"
 
     @property
     def name(self) -> str:  # the Node's name (--hostname-override)
@@ -132,6 +148,10 @@ def setup_namespace(net: NodeNet) -> subprocess.Popen[bytes]:
     sh(["ip", "link", "del", net.peer_link], check=False)
     sh(["ip", "netns", "add", net.ns])
     ip = ["ip", "-n", net.ns]
+    if not net.ipv6:
+        # the namespace's own sysctl: an IPv4-only node without IPv6
+        ns_run(net.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        ns_run(net.ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
     sh([*ip, "link", "set", "lo", "up"])
     sh(
         [
@@ -251,64 +271,83 @@ def base_flags(kubeconfig: Path, node: str, mode: str, cluster_cidr: str) -> lis
     ]
 
 
+@functools.cache
+def release(binary: Path) -> tuple[int, int]:
+    """kube-proxy's (major, minor), from `kube-proxy --version` ("Kubernetes v1.37.2")."""
+    out = sh([str(binary), "--version"]).split()[-1].lstrip("v")
+    major, minor = out.split(".")[:2]
+    return int(major), int(minor)
+
+
 @dataclass
 class KubeProxy:
-    """Real kube-proxy in a namespace, started by `start` and stopped by `stop`."""
+    """Real kube-proxy in a namespace, started by `start` and stopped by `stop`.
+
+    `kubeconfig` is the text of its kubeconfig (tests/realkp/cluster.py: the node's real API
+    server as user system:kube-proxy); `binary` the release that runs unless `start` names
+    another (the upgrade scenario runs ipvs mode on one release and nftables mode on the next)."""
 
     net: NodeNet
     binary: Path
     workdir: Path
-    api: FakeAPIServer
+    kubeconfig: str
     mode: str = ""
+    running: Path | None = None  # the binary of the current or last start
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
-    def args(self, mode: str) -> list[str]:
+    def args(self, mode: str, binary: Path | None = None) -> list[str]:
         kubeconfig = self.workdir / f"{self.net.ns}.kubeconfig"
-        kubeconfig.write_text(self.api.kubeconfig())
+        kubeconfig.write_text(self.kubeconfig)
         cidrs = "10.244.0.0/16,fd00:244::/56" if self.net.dual_stack else "10.244.0.0/16"
         nodeport = ",".join(
             [f"{self.net.v4}/32"] + ([f"{self.net.v6}/128"] if self.net.dual_stack else [])
         )
+        binary = binary or self.binary
+        # nftables mode needs its gate before v1.31 (beta, on by default from then, GA in v1.33)
+        gate = ["--feature-gates=NFTablesProxyMode=true"] if release(binary) < (1, 31) else []
         return [
-            str(self.binary),
+            str(binary),
             *base_flags(kubeconfig, self.net.name, mode, cidrs),
-            "--feature-gates=NFTablesProxyMode=true",
+            *gate,
             f"--nodeport-addresses={nodeport}",
             # A keepalived-style virtual server beside kube-proxy, as an operator keeps it.
             f"--ipvs-exclude-cidrs=192.168.{60 + self.net.index}.100/32",
         ]
 
-    def start(self, mode: str) -> None:
+    def env(self, modprobe: bool = True) -> dict[str, str]:
+        path = (
+            f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin"
+            if modprobe
+            else path_without_modprobe(self.net.backend, self.workdir)
+        )
+        return {"PATH": path, "HOME": "/root"}
+
+    def start(self, mode: str, binary: Path | None = None, modprobe: bool = True) -> None:
+        """Start `mode` (with `binary` instead of the node's release if given); `modprobe`
+        False starts it with no `modprobe` on its PATH, as in an image that lacks it."""
         self.mode = mode
+        self.running = binary or self.binary
         self.log = self.workdir / f"{self.net.ns}-{mode}-{int(time.time())}.log"
-        env = {
-            "PATH": f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/root",
-        }
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", self.net.ns, *self.args(mode)],
+                ["ip", "netns", "exec", self.net.ns, *self.args(mode, binary)],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=self.env(modprobe),
                 start_new_session=True,
             )
         self.started = time.monotonic()
 
     def run_cleanup(self) -> tuple[int, str]:
         """`kube-proxy --cleanup` (its own removal of iptables/ipvs/nftables-mode state)."""
-        env = {
-            "PATH": f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/root",
-        }
         args = [a for a in self.args("ipvs") if not a.startswith("--proxy-mode")]
         p = subprocess.run(
             ["ip", "netns", "exec", self.net.ns, *args, "--cleanup"],
             capture_output=True,
             text=True,
-            env=env,
+            env=self.env(),
             timeout=300,
         )
         return p.returncode, (p.stdout + p.stderr)[-4000:]
@@ -407,10 +446,6 @@ class KubeProxy:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-
-def start_api(net: NodeNet, cluster: Cluster) -> FakeAPIServer:
-    return FakeAPIServer(cluster, (net.v4_peer, 6443)).start()
 
 
 def endpoints(ns: str) -> dict[str, Any]:

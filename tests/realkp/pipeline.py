@@ -1,17 +1,19 @@
 """The real-kube-proxy run of one node: kube-proxy in each mode in turn, the agent after each.
 
-Per node (one namespace, one backend, IPv4-only or dual-stack), in one sequence that shares the
-kube-proxy phases between the scenarios:
+Per node (one namespace, one backend, IPv4-only or dual-stack, its own API server), in one
+sequence that shares the kube-proxy phases between the scenarios (tests/realkp/nodes.py):
 
   S0 third-party state -> ipvs mode (S1; what it made = S1 - S0) -> CNI hostport rule ->
-  nftables mode (its startup cleanup ran): scenario A -> the saved ipvs-mode state put back:
-  scenario B -> stop; iptables mode (S4 -> S5; what it made = S5 - S4) -> nftables mode, the
-  saved state put back: scenario C.
+  nftables mode without `modprobe` on its PATH: scenario B (from v1.34 its start-up cleanup
+  returns at once; before, the saved ipvs-mode state is put back) -> restart with `modprobe`,
+  its cleanup runs: scenario A -> the Node tainted: scenario T -> a Service pushed through the
+  API server -> stop; `kube-proxy --cleanup` on B's state -> iptables mode (S4 -> S5; what it
+  made = S5 - S4) -> nftables mode, the saved state put back: scenario C.
+  U: ipvs mode on the release before, then nftables mode on the node's release.
 
 Each scenario records everything the tests assert on (`Scenario`); nothing is asserted here, so
-one failing expectation never hides the others. C's node ran ipvs -> nftables (cleanup failed)
--> iptables -> nftables: one nftables phase more than the issue's ipvs -> iptables -> nftables,
-which changes nothing C checks (iptables mode deletes the nftables tables at its start).
+one failing expectation never hides the others. Every scenario's restore gives the node back
+the state the scenario started from, which the next phase starts from.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fake_apiserver import FakeAPIServer, Port, Service
+from tests import upstream
+from tests.fake_apiserver import Port, Service
 from tests.realkp import mix
 from tests.realkp import state as st
+from tests.realkp.cluster import RealAPI
 from tests.realkp.node import (
     KubeProxy,
     NodeNet,
@@ -38,8 +42,10 @@ from tests.realkp.node import (
     probe,
     save_json,
     setup_namespace,
-    start_api,
 )
+from tests.realkp.nodes import NodeSpec
+
+TAINT = "ToBeDeletedByClusterAutoscaler"  # the cluster autoscaler's, which /healthz honours
 
 IPTABLES_NFT_TABLES = {"filter", "nat", "mangle", "raw", "security"}
 AGENT = str(Path(sys.executable).with_name("ipvs-leftovers"))
@@ -80,6 +86,7 @@ class Scenario:
     audit: AgentRun | None = None
     textfile: str = ""
     healthz: list[int] = field(default_factory=list)  # /healthz codes before, after, after 2nd
+    livez: list[int] = field(default_factory=list)  # /livez codes at the same moments
     probes_before: dict[str, str] = field(default_factory=dict)
     probes_after: dict[str, str] = field(default_factory=dict)
     cleanup: AgentRun | None = None
@@ -118,6 +125,10 @@ class NodeRun:
     kp_cleanup: tuple[int, str] = (-1, "")
     watch: dict[str, bool] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
+    # B: what kube-proxy's no-modprobe start left of ipvs mode's objects, before any put-back
+    start_removed: list[str] = field(default_factory=list)
+    deprecation_events: list[dict[str, Any]] = field(default_factory=list)  # IPVSDeprecation
+    deprecation_log: list[str] = field(default_factory=list)  # ipvs mode's log lines saying so
 
 
 _T0 = time.monotonic()
@@ -142,6 +153,15 @@ def _healthz(net: NodeNet) -> int:
     return http_get(net.ns, "http://127.0.0.1:10256/healthz")[0]
 
 
+def _livez(net: NodeNet) -> int:
+    return http_get(net.ns, "http://127.0.0.1:10256/livez")[0]
+
+
+def _health(sc: Scenario) -> None:
+    sc.healthz.append(_healthz(sc.net))
+    sc.livez.append(_livez(sc.net))
+
+
 def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     net = sc.net
     ns = net.ns
@@ -149,7 +169,7 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     backups = work / f"{ns}-{sc.name}-backups"
     common = ["--backup-dir", str(backups), "--lock-file", str(work / f"{ns}.lock")]
     note(net, f"scenario {sc.name}")
-    sc.healthz.append(_healthz(net))
+    _health(sc)
     sc.probes_before = _probes(net)
     sc.audit = agent(ns, "audit", "--json", "--textfile", str(textfile))
     sc.textfile = textfile.read_text() if textfile.exists() else ""
@@ -157,12 +177,12 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     sc.cleanup = agent(ns, "cleanup", "--apply", *common)
     note(net, f"cleanup {sc.cleanup.rc} {sc.cleanup.seconds:.1f}s")
     sc.after = st.read(net)
-    sc.healthz.append(_healthz(net))
+    _health(sc)
     sc.probes_after = _probes(net)
     sc.verify = agent(ns, "verify", "--json", "--probe-address", f"{mix.WEB_CLUSTER_IP}:80")
     sc.cleanup2 = agent(ns, "cleanup", "--apply", *common)
     sc.after2 = st.read(net)
-    sc.healthz.append(_healthz(net))
+    _health(sc)
     bundles = sorted(p for p in backups.glob("*") if p.is_dir()) if backups.exists() else []
     if bundles:
         # the first run's bundle holds what the cleanup removed
@@ -183,18 +203,20 @@ def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> 
     return False
 
 
-def _watch_events_reach_kube_proxy(net: NodeNet, api: FakeAPIServer) -> dict[str, bool]:
-    """A Service pushed through the fake API server's watch while nftables mode runs shows up
-    in its table, and goes again when deleted."""
+def _watch_events_reach_kube_proxy(net: NodeNet, api: RealAPI) -> dict[str, bool]:
+    """A Service written to the API server while nftables mode runs shows up in its table,
+    and goes again when deleted."""
     api.push("apply", LATE)
     added = _nft_has(net, "10.96.2.1", True)
     api.push("delete", LATE)
     return {"added": added, "deleted": _nft_has(net, "10.96.2.1", False)}
 
 
-def _phase(run: NodeRun, kp: KubeProxy, mode: str) -> None:
-    note(run.net, f"start {mode}")
-    kp.start(mode)
+def _phase(
+    run: NodeRun, kp: KubeProxy, mode: str, binary: Path | None = None, modprobe: bool = True
+) -> None:
+    note(run.net, f"start {mode}{'' if modprobe else ' (no modprobe)'}")
+    kp.start(mode, binary, modprobe)
     run.timings[f"{mode}#{len(run.timings)}"] = kp.wait_synced()
     note(run.net, f"{mode} synced")
     run.endpoints.setdefault(mode, endpoints(run.net.ns))
@@ -207,62 +229,146 @@ def _apply(net: NodeNet, commands: dict[str, str]) -> None:
         ns_run(net.ns, *cmd.split(), stdin=stdin)
 
 
-def run_node(net: NodeNet, binary: Path, work: Path, sctp: bool) -> NodeRun:
+def _wait_health(net: NodeNet, healthz: int, livez: int, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    got = (0, 0)
+    while time.monotonic() < deadline:
+        got = (_healthz(net), _livez(net))
+        if got == (healthz, livez):
+            return
+        time.sleep(3)
+    raise RuntimeError(f"/healthz, /livez answer {got}, not {(healthz, livez)}, after {timeout}s")
+
+
+@dataclass
+class NodeCtx:
+    spec: NodeSpec
+    run: NodeRun
+    kp: KubeProxy
+    api: RealAPI
+    work: Path
+    made_ipvs: set[str] = field(default_factory=set)
+    s1c: st.State | None = None
+
+    @property
+    def net(self) -> NodeNet:
+        return self.spec.net
+
+
+def _ipvs_phase(ctx: NodeCtx, binary: Path) -> None:
+    run, net = ctx.run, ctx.net
+    s0 = run.states["S0"] = st.read(net)
+    _phase(run, ctx.kp, "ipvs", binary)
+    run.deprecation_log = [
+        line.split("] ", 1)[-1]
+        for line in ctx.kp.tail(None).splitlines()
+        if "ipvs proxier" in line and "deprecated" in line
+    ]
+    ctx.kp.stop()
+    s1 = run.states["S1"] = st.read(net)
+    ctx.made_ipvs = st.created(s0, s1)
+    run.deprecation_events = ctx.api.events("IPVSDeprecation")
+    _apply(net, mix.cni_hostport_rule(net))
+    ctx.s1c = run.states["S1+cni"] = st.read(net)
+
+
+def _scenario(ctx: NodeCtx, name: str) -> Scenario:
+    sc = Scenario(name, ctx.net, st.read(ctx.net), ctx.made_ipvs, set())
+    ctx.run.scenarios[name] = sc
+    run_scenario(sc, ctx.kp, ctx.work)
+    record(ctx.run, OUT)  # as it goes: a slow run can be read before it ends
+    return sc
+
+
+def _b_then_a(ctx: NodeCtx) -> None:
+    """B: nftables mode without `modprobe`; then A: restarted with it."""
+    assert ctx.s1c is not None
+    _phase(ctx.run, ctx.kp, "nftables", modprobe=False)
+    ctx.run.start_removed = sorted(ctx.made_ipvs - st.read(ctx.net).objects())
+    if not ctx.spec.at_least("v1.34"):  # its start cleaned up all the same: put it back
+        st.put_back(ctx.net, ctx.s1c, ctx.made_ipvs)
+    _scenario(ctx, "B")
+    ctx.kp.stop()
+    _phase(ctx.run, ctx.kp, "nftables")
+    _scenario(ctx, "A")
+
+
+def _tainted(ctx: NodeCtx) -> None:
+    """T: the node's leftovers (A's, given back by A's restore) with the Node tainted."""
+    ctx.api.taint(TAINT, True)
+    try:
+        _wait_health(ctx.net, 503, 200)
+        _scenario(ctx, "T")
+    finally:
+        ctx.api.taint(TAINT, False)
+    _wait_health(ctx.net, 200, 200)
+
+
+def _kube_proxy_cleanup(ctx: NodeCtx) -> None:
+    """`kube-proxy --cleanup` on scenario B's state (kube-proxy stopped, tables kept)."""
+    assert ctx.s1c is not None
+    ctx.kp.stop()
+    st.put_back(ctx.net, ctx.s1c, ctx.made_ipvs)
+    ctx.run.states["B-stopped"] = st.read(ctx.net)
+    note(ctx.net, "kube-proxy --cleanup")
+    ctx.run.kp_cleanup = ctx.kp.run_cleanup()
+    ctx.run.states["B-after-kube-proxy-cleanup"] = st.read(ctx.net)
+
+
+def _c(ctx: NodeCtx) -> None:
+    """C starts from the node as ipvs mode left it (the failed-cleanup state again)."""
+    assert ctx.s1c is not None
+    run, net, kp = ctx.run, ctx.net, ctx.kp
+    st.put_back(net, ctx.s1c, ctx.made_ipvs)
+    s4 = run.states["S4"] = st.read(net)
+    _phase(run, kp, "iptables")
+    kp.stop()
+    s5 = run.states["S5"] = st.read(net)
+    made_ipt = st.created(s4, s5)
+    _phase(run, kp, "nftables")
+    st.put_back(net, s5, (ctx.made_ipvs | made_ipt) & s5.objects())
+    c = Scenario("C", net, st.read(net), ctx.made_ipvs, made_ipt, st.rewritten(s4, s5))
+    run.scenarios["C"] = c
+    run_scenario(c, kp, ctx.work)
+
+
+def _sequence(ctx: NodeCtx, binaries: dict[str, Path]) -> None:
+    spec = ctx.spec
+    _ipvs_phase(ctx, binaries[spec.ipvs_on])
+    if spec.scenarios == ("U",):
+        _phase(ctx.run, ctx.kp, "nftables")
+        _scenario(ctx, "U")
+        return
+    _b_then_a(ctx)
+    if "T" in spec.scenarios:
+        _tainted(ctx)
+    ctx.run.watch = _watch_events_reach_kube_proxy(ctx.net, ctx.api)
+    _kube_proxy_cleanup(ctx)
+    if "C" in spec.scenarios:
+        _c(ctx)
+
+
+def run_node(spec: NodeSpec, work: Path, sctp: bool) -> NodeRun:
+    net = spec.net
     run = NodeRun(net)
     t0 = time.monotonic()
+    binaries = {v: upstream.kube_proxy(version=v) for v in {spec.release, spec.ipvs_on}}
     listener = setup_namespace(net)
-    api: FakeAPIServer | None = None
+    api: RealAPI | None = None
     kp: KubeProxy | None = None
     try:
         _apply(net, mix.third_party_before(net))
-        s0 = run.states["S0"] = st.read(net)
-        api = start_api(net, mix.cluster(net, sctp))
-        kp = KubeProxy(net, binary, work, api)
-        _phase(run, kp, "ipvs")
-        kp.stop()
-        s1 = run.states["S1"] = st.read(net)
-        made_ipvs = st.created(s0, s1)
-        _apply(net, mix.cni_hostport_rule(net))
-        s1c = run.states["S1+cni"] = st.read(net)
-
-        _phase(run, kp, "nftables")
-        a = Scenario("A", net, st.read(net), made_ipvs, set())
-        run.scenarios["A"] = a
-        run_scenario(a, kp, work)
-        record(run, OUT)  # as it goes: a slow run can be read before it ends
-
-        run.watch = _watch_events_reach_kube_proxy(net, api)
-        st.put_back(net, s1c, made_ipvs)
-        b = Scenario("B", net, st.read(net), made_ipvs, set())
-        run.scenarios["B"] = b
-        run_scenario(b, kp, work)
-        record(run, OUT)
-
-        kp.stop()
-        # `kube-proxy --cleanup` on scenario B's state (kube-proxy stopped, tables kept)
-        run.states["B-stopped"] = st.read(net)
-        note(net, "kube-proxy --cleanup")
-        run.kp_cleanup = kp.run_cleanup()
-        run.states["B-after-kube-proxy-cleanup"] = st.read(net)
-        # C starts from the node as ipvs mode left it (the failed-cleanup state again)
-        st.put_back(net, s1c, made_ipvs)
-        s4 = run.states["S4"] = st.read(net)
-        _phase(run, kp, "iptables")
-        kp.stop()
-        s5 = run.states["S5"] = st.read(net)
-        made_ipt = st.created(s4, s5)
-        _phase(run, kp, "nftables")
-        st.put_back(net, s5, (made_ipvs | made_ipt) & s5.objects())
-        c = Scenario("C", net, st.read(net), made_ipvs, made_ipt, st.rewritten(s4, s5))
-        run.scenarios["C"] = c
-        run_scenario(c, kp, work)
+        api = RealAPI.open(net)
+        api.apply(mix.cluster(net, sctp))
+        kp = KubeProxy(net, binaries[spec.release], work, api.kube_proxy_kubeconfig())
+        _sequence(NodeCtx(spec, run, kp, api, work), binaries)
     except Exception as exc:  # recorded: the tests report it per node
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
         if kp is not None:
             kp.stop()
         if api is not None:
-            api.stop()
+            api.close()
         listener.kill()
         listener.wait()
         delete_namespace(net)
@@ -279,6 +385,9 @@ def record(run: NodeRun, out: Path) -> None:
     save_json(d / "error.json", run.error)
     save_json(d / "kube-proxy-cleanup.json", run.kp_cleanup)
     save_json(d / "watch.json", run.watch)
+    save_json(d / "start-removed.json", run.start_removed)
+    save_json(d / "deprecation-events.json", run.deprecation_events)
+    save_json(d / "deprecation-log.json", run.deprecation_log)
     for name, s in run.states.items():
         save_json(d / f"state-{name}.json", s.__dict__)
     for name, sc in run.scenarios.items():
@@ -287,6 +396,7 @@ def record(run: NodeRun, out: Path) -> None:
             "made_ipvs": sorted(sc.made_ipvs),
             "made_iptables": sorted(sc.made_iptables),
             "healthz": sc.healthz,
+            "livez": sc.livez,
             "probes_before": sc.probes_before,
             "probes_after": sc.probes_after,
             "textfile": sc.textfile,

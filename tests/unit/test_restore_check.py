@@ -111,6 +111,15 @@ def test_a_whole_bundle_is_accepted_as_written() -> None:
     assert p.sysctls == (("net.ipv4.conf.all.arp_ignore", "1"),)
 
 
+def test_the_link_queue_length_is_kept_and_may_be_absent() -> None:
+    """kube-proxy v1.34+ makes kube-ipvs0 with queue length 0 (`ip link add` gives 1000): a
+    bundle keeps it so restore gives the same link back; older bundles have none."""
+    p = check(files(**{"kube-ipvs0.json": json.dumps({**LINK, "txqlen": 0})}))
+    assert p.link is not None and p.link.txqlen == 0
+    p = check(files())
+    assert p.link is not None and p.link.txqlen is None
+
+
 @pytest.mark.parametrize(
     ("name", "text", "said"),
     [
@@ -125,6 +134,9 @@ def test_a_whole_bundle_is_accepted_as_written() -> None:
         ("kube-ipvs0.json", json.dumps({**LINK, "index": True}), "positive integer"),
         ("kube-ipvs0.json", json.dumps({**LINK, "addresses": ["10.0.0.0/8"]}), "/32 or /128"),
         ("kube-ipvs0.json", json.dumps({**LINK, "extra": 1}), "exactly"),
+        ("kube-ipvs0.json", json.dumps({**LINK, "txqlen": -1}), "txqlen"),
+        ("kube-ipvs0.json", json.dumps({**LINK, "txqlen": "0"}), "txqlen"),
+        ("kube-ipvs0.json", json.dumps({**LINK, "txqlen": 2**32}), "txqlen"),
         ("ipvsadm.rules", "-C\n", "only the -A and -a"),
         ("ipvsadm.rules", IPVS + "-D -t 10.96.0.1:443\n", "only the -A and -a"),
         ("ipvsadm.rules", IPVS + "-A -t 10.96.0.2:80 -s rr\n", "exactly the virtual servers"),
