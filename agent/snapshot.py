@@ -19,7 +19,6 @@ Status = Literal["ok", "absent", "error"]
 IpVersion = Literal[4, 6]  # IPVS and ipset families (AF_INET / AF_INET6, inet / inet6)
 Family = Literal["ipv4", "ipv6"]  # iptables tables, metric labels, the report
 Backend = Literal["legacy", "nft"]  # the iptables backends
-Protocol = Literal["TCP", "UDP", "SCTP", "FWM"]  # IPVS service protocols (FWM: a firewall mark)
 
 
 def family_of(version: IpVersion) -> Family:
@@ -189,7 +188,8 @@ class IpvsService:
     """An IPVS virtual server: protocol, address and port, or a firewall mark."""
 
     family: IpVersion
-    protocol: str  # TCP | UDP | SCTP, or FWM for fwmark services (Protocol), or a number
+    # TCP | UDP | SCTP, FWM for fwmark services, or the number of one the reader has no name for
+    protocol: str
     address: str | None  # inet_ntop's spelling (the classifier compares it as is)
     port: int | None
     fwmark: int | None
