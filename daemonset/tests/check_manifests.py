@@ -43,6 +43,10 @@ AGENT_METRICS = {
     "ipvs_leftovers_kube_proxy_healthy",
     "ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds",
     "ipvs_leftovers_kube_proxy_nftables_sync_failures_total",
+    "ipvs_leftovers_unknown_kube_objects",
+    # serve --auto-cleanup's runs
+    "ipvs_leftovers_cleanup_runs_total",
+    "ipvs_leftovers_nftables_confirmed_streak_seconds",
 }
 OTHER_METRICS = {"up"}
 # Nothing may query kube-proxy's own kubeproxy_* series: Prometheus usually cannot scrape them.
