@@ -605,6 +605,53 @@ def cmd_plain(base: str, rendered: str, out: str) -> None:
     problems.exit()
 
 
+def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            where = f"{path}.{key}"
+            if key not in a:
+                yield f"{where}: only in helm ({b[key]!r:.80})"
+            elif key not in b:
+                yield f"{where}: only in kustomize ({a[key]!r:.80})"
+            else:
+                yield from _differences(a[key], b[key], where)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _differences(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield f"{path}: kustomize {a!r:.80}, helm {b!r:.80}"
+
+
+def cmd_helm_compare(kustomized: str, helmed: str, chart: str, repo: str) -> None:
+    """`helm template` and `kubectl kustomize` of the same choices give the same objects."""
+    problems = Problems()
+
+    def by_key(path: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+        out = {}
+        for d in load_docs(path):
+            meta = d.get("metadata", {})
+            out[(d.get("kind", ""), meta.get("namespace", ""), meta.get("name", ""))] = d
+        return out
+
+    k, h = by_key(kustomized), by_key(helmed)
+    for key in sorted(set(k) | set(h)):
+        if key not in h:
+            problems.add("/".join(key), "rendered by kustomize only")
+        elif key not in k:
+            problems.add("/".join(key), "rendered by helm only")
+        else:
+            for diff in _differences(k[key], h[key]):
+                problems.add("/".join(key), diff)
+    sys.path.insert(0, repo)
+    from agent import __version__
+
+    meta = load_docs(str(Path(chart) / "Chart.yaml"))[0]
+    if meta.get("appVersion") != __version__ or meta.get("version") != __version__:
+        problems.add("Chart.yaml", f"version/appVersion must be the agent's {__version__}")
+    print(f"  {len(k)} kustomize objects, {len(h)} helm objects compared")
+    problems.exit()
+
+
 def main(argv: list[str]) -> None:
     commands = {
         "image-tools": lambda a: cmd_image_tools(a[0], a[1]),
@@ -614,6 +661,7 @@ def main(argv: list[str]) -> None:
         "extract-rules": lambda a: cmd_extract_rules(a[0], a[1]),
         "dashboard": lambda a: cmd_dashboard(a[0], a[1]),
         "plain": lambda a: cmd_plain(a[0], a[1], a[2]),
+        "helm-compare": lambda a: cmd_helm_compare(a[0], a[1], a[2], a[3]),
         "write-plain-rules": lambda a: cmd_write_plain_rules(a[0]),
     }
     if len(argv) < 2 or argv[0] not in commands:
