@@ -151,3 +151,90 @@ def status(**kw: Any) -> None:
     if alerts:
         names = ", ".join(sorted({describe_alert(a) for a in alerts}))
         common.fail(f"paused: {len(alerts)} alert(s) firing: {names}", exitcodes.REFUSED)
+
+
+@fleet.command()
+@prometheus_options
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Default: $KUBECONFIG, ~/.kube/config, or in-cluster.",
+)
+@click.option("--context", default=None, help="The kubeconfig context.")
+@click.option(
+    "--namespace", default=None, help="The agent's namespace (default: wherever its DaemonSet is)."
+)
+@click.option(
+    "--lease",
+    default="ipvs-leftovers-fleet",
+    show_default=True,
+    help="The Lease that keeps two steps apart; also labels the Jobs.",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(min=1, max=1000),
+    default=10,
+    show_default=True,
+    help="The largest wave (waves grow 1, 2, 4 ... up to it).",
+)
+@click.option(
+    "--max-per-zone",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="At most this many nodes of one topology.kubernetes.io/zone in a wave (0: no limit).",
+)
+@click.option(
+    "--ack",
+    multiple=True,
+    metavar="NODE",
+    help="Acknowledge the failed Job of NODE (repeatable): the halt ends, the node "
+    "is not retried by fleet step.",
+)
+@click.option(
+    "--apply",
+    "apply_",
+    is_flag=True,
+    help="Create the wave's Jobs. Without: print what the step would do.",
+)
+def step(**kw: Any) -> None:
+    """One step: bake the last wave, then create the next one (docs/operations.md)."""
+    from agent.fleet import kube
+    from agent.fleet.eligibility import Params
+    from agent.fleet.status import Refusal
+    from agent.fleet.step import Options
+    from agent.fleet.step import step as run_step
+
+    prom = _prometheus(kw)
+    options = Options(
+        params=Params(kw["hold_down"], kw["max_gap"], kw["freshness"]),
+        cluster=kw["cluster"],
+        ignore_alerts=kw["ignore_alerts"],
+        namespace=kw["namespace"],
+        lease=kw["lease"],
+        max_concurrent=kw["max_concurrent"],
+        max_per_zone=kw["max_per_zone"],
+        ack=tuple(kw["ack"]),
+        apply=kw["apply_"],
+    )
+    try:
+        api = kube.api_client(kw["kubeconfig"], kw["context"])
+        outcome = run_step(prom, api, options, time.time())
+    except kube.KubeError as exc:
+        common.fail(f"fleet step refused: {exc}", 4)
+    except Refusal as exc:
+        what = "refused" if exc.code == 4 else "stopped"
+        common.fail(f"fleet step {what}: {exc}", exc.code)
+    if kw["as_json"]:
+        doc = {
+            "wave": outcome.wave,
+            "created": outcome.created,
+            "lines": outcome.lines,
+            "api_calls": outcome.api_calls,
+            "prometheus_queries": prom.calls,
+        }
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in outcome.lines:
+            click.echo(line)
