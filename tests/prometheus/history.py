@@ -115,11 +115,15 @@ class HistoryPrometheus:
                 self.proc.wait()
 
 
-def backfill(text: str, workdir: Path) -> Path:
+def backfill(text: str | Path, workdir: Path) -> Path:
+    """`text` OpenMetrics, or a file holding it; the TSDB folder."""
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    src = workdir / "history.om"
-    src.write_text(text)
+    if isinstance(text, Path):
+        src = text
+    else:
+        src = workdir / "history.om"
+        src.write_text(text)
     p = subprocess.run(
         [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
         capture_output=True,
@@ -132,8 +136,9 @@ def backfill(text: str, workdir: Path) -> Path:
 
 @contextmanager
 def history_prometheus(
-    text: str, workdir: Path, rule_for: str = "0s", lifetime: float = 900
+    text: str | Path, workdir: Path, rule_for: str = "0s", lifetime: float = 900
 ) -> Iterator[HistoryPrometheus]:
+    workdir.mkdir(parents=True, exist_ok=True)
     data = backfill(text, workdir)
     rules = rules_file(workdir / "ipvs-leftovers.rules.yaml", rule_for)
     config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(rules)]}
