@@ -44,6 +44,7 @@ class NodeHistory:
     cluster: str
     node: str
     at: Callable[[float], Sample | None]  # None: the target did not exist then
+    instance: str = ""  # default NODE.CLUSTER:9437; a live target's, to continue its series
 
 
 def steady(**values: float) -> Sample:
@@ -69,10 +70,8 @@ def openmetrics(nodes: list[NodeHistory], start: float, end: float, step: float)
     for name in SERIES:
         lines.append(f"# TYPE {name} gauge")
         for n in nodes:
-            labels = (
-                f'job="{JOB}",cluster="{n.cluster}",node="{n.node}",'
-                f'instance="{n.node}.{n.cluster}:9437"'
-            )
+            instance = n.instance or f"{n.node}.{n.cluster}:9437"
+            labels = f'job="{JOB}",cluster="{n.cluster}",node="{n.node}",instance="{instance}"'
             for t, sample in samples[n.node + "\0" + n.cluster]:
                 value = None if sample is None else sample.get(name)
                 if value is not None:
