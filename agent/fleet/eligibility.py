@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+NO_SAMPLE_YET = "no sample since its Job completed"
 CHECKS = ("fresh", "sources", "kube-proxy", "confirmed", "no-gap", "foreign", "leftovers")
 
 
@@ -102,7 +103,7 @@ def clean_after(d: NodeData, since: float) -> str:
     """Why a node cleaned at `since` is not (yet) shown clean by samples newer than that;
     "" when it is: no leftovers, no kube-ipvs0, kube-proxy healthy (the bake)."""
     if d.last_sample is None or d.last_sample <= since:
-        return "no sample since its Job completed"
+        return NO_SAMPLE_YET
     if d.healthy != 1:
         return "kube-proxy not healthy"
     if d.stale != 0:

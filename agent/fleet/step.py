@@ -27,7 +27,7 @@ from typing import Any
 
 from agent.cleanup.job import NODE_LABEL, manifest
 from agent.fleet import kube
-from agent.fleet.eligibility import NodeData, Params, clean_after, evaluate
+from agent.fleet.eligibility import NO_SAMPLE_YET, NodeData, Params, clean_after, evaluate
 from agent.fleet.prom import Prometheus
 from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
 
@@ -269,7 +269,7 @@ def _step(
             k.call(f"acknowledging Job {ns}/{name}", k.batch.patch_namespaced_job, name, ns, patch)
             job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
         lines.append(f"{node}: failed Job acknowledged; fleet step will not retry it")
-    running, failed = [], []
+    running, failed, baking = [], [], []
     for node, job in sorted(by_node.items()):
         state, finished = _job_state(job)
         acked = (job["metadata"].get("annotations") or {}).get(ACK_ANNOTATION) == "true"
@@ -280,7 +280,9 @@ def _step(
         elif state == "complete":
             data = reading.nodes.get(node)
             why = "not in Prometheus" if data is None else clean_after(data, finished or now)
-            if why:
+            if why == NO_SAMPLE_YET:
+                baking.append(node)  # not a verdict yet: wait for the next scrape
+            elif why:
                 raise Refusal(f"halted: {node}, cleaned in wave {_wave(job)}: {why}", PAUSED)
     if failed:
         raise Refusal(
@@ -288,8 +290,11 @@ def _step(
             "--ack NODE)",
             PAUSED,
         )
-    if running:
-        lines.append(f"wave {wave}: {len(running)} Job(s) still running ({', '.join(running)})")
+    if running or baking:
+        if running:
+            lines.append(f"wave {wave}: {len(running)} Job(s) still running ({', '.join(running)})")
+        if baking:
+            lines.append(f"wave {wave}: no sample yet since the Job on {', '.join(baking)}")
         if lease is not None:
             _release(k, ns, o, lease, size)
         return Outcome(wave, [], lines, k.calls, reading.queries)
