@@ -32,6 +32,7 @@ import ctypes
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -40,12 +41,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from tests.upstream import upstream_binary
+
+T = TypeVar("T")
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.4"
@@ -95,11 +99,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the process that started it dies, so that a test
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In the child before exec: `sig` when the process that started it dies, so that a test
     run killed hard leaves no etcd or apiserver behind (prctl PR_SET_PDEATHSIG)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(1, sig, 0, 0, 0)
+
+
+def _terminated_with_parent() -> None:
+    """`run`'s CMD: SIGTERM (its own cleanup, e.g. vm-run's) if `run` is killed hard."""
+    _die_with_parent(signal.SIGTERM)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -118,6 +127,16 @@ def _rss_kib(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (/proc/PID/stat), a measure the machine's
+    other load does not inflate as it does wall time."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -182,7 +201,8 @@ class ControlPlane:
         self.deadline = deadline
         self.port = 0
         self.programs: dict[str, _Program] = {}
-        self.start_seconds: dict[str, float] = {}
+        self.start_seconds: dict[str, float] = {}  # wall time until ready, per program
+        self.start_cpu_seconds: dict[str, float] = {}  # its CPU time until then
         self._client_certs: dict[tuple[str, tuple[str, ...]], tuple[Path, Path]] = {}
 
     # -- files -----------------------------------------------------------------------------
@@ -353,6 +373,9 @@ class ControlPlane:
             time.sleep(0.2)
         program.ready_seconds = time.monotonic() - program.started
         self.start_seconds[program.name] = round(program.ready_seconds, 2)
+        cpu = _cpu_seconds(program.proc.pid)
+        if cpu is not None:
+            self.start_cpu_seconds[program.name] = round(cpu, 2)
 
     def _get(self, url: str, ctx: ssl.SSLContext | None = None) -> tuple[int, str]:
         try:
@@ -360,6 +383,25 @@ class ControlPlane:
                 return int(r.status), r.read().decode(errors="replace")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode(errors="replace")
+
+    def _on_free_ports(self, name: str, start: Callable[[], T]) -> T:
+        """start(), again with new ports (at most 3 tries) when the program found one of the
+        ports it was given taken: another process can take a port between free_port() and the
+        program's bind."""
+        log = self.workdir / f"{name}.log"
+        for attempt in range(3):
+            offset = log.stat().st_size if log.exists() else 0
+            try:
+                return start()
+            except ControlPlaneError:
+                if name in self.programs:
+                    self.programs.pop(name).stop()
+                said = log.read_bytes()[offset:].decode(errors="replace")
+                if attempt == 2 or "address already in use" not in said:
+                    raise
+                if name == "etcd":  # its data dir names the peer URL it was given
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+        raise AssertionError("unreachable")
 
     def _start_etcd(self) -> str:
         etcd = upstream_binary("etcd", ETCD_VERSION)
@@ -491,11 +533,11 @@ class ControlPlane:
             upstream_binary(program, version)
         try:
             self._make_pki()
-            etcd_url = self._start_etcd()
-            self._start_apiserver(etcd_url)
+            etcd_url = self._on_free_ports("etcd", self._start_etcd)
+            self._on_free_ports("kube-apiserver", lambda: self._start_apiserver(etcd_url))
             self.admin_kubeconfig.write_text(self.kubeconfig(*ADMIN))
             if self.controller_manager:
-                self._start_controller_manager()
+                self._on_free_ports("kube-controller-manager", self._start_controller_manager)
         except BaseException:
             self.stop()
             raise
@@ -608,6 +650,7 @@ class ControlPlane:
             },
             "pids": self.pids(),
             "start_seconds": self.start_seconds,
+            "start_cpu_seconds": self.start_cpu_seconds,
             "workdir": str(self.workdir),
         }
         (out / "control-plane.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -628,12 +671,13 @@ def _run(args: argparse.Namespace) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
-    cp = ControlPlane(workdir, controller_manager=args.controller_manager)
+    cp = ControlPlane(workdir, controller_manager=args.controller_manager, deadline=args.deadline)
     try:
         t0 = time.monotonic()
         cp.start()
         for name, s in cp.start_seconds.items():
-            print(f"control-plane: {name} ready in {s:.2f} s", file=sys.stderr)
+            cpu = cp.start_cpu_seconds.get(name)
+            print(f"control-plane: {name} ready in {s:.2f} s (CPU {cpu} s)", file=sys.stderr)
         print(
             f"control-plane: {cp.url} (guest {cp.guest_url}) ready in "
             f"{time.monotonic() - t0:.2f} s; RSS KiB {cp.rss_kib()}",
@@ -641,7 +685,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         cp.write_dir(out)
         env = {**os.environ, "IPVS_LEFTOVERS_CONTROL_PLANE": str(out)}
-        child = subprocess.Popen(cmd, env=env)
+        child = subprocess.Popen(cmd, env=env, preexec_fn=_terminated_with_parent)
         try:
             return child.wait()
         finally:
@@ -659,7 +703,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"control-plane: {exc}", file=sys.stderr)
         return 1
     finally:
+        stopping = time.monotonic()
         cp.stop()
+        print(f"control-plane: stopped in {time.monotonic() - stopping:.2f} s", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -671,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--workdir", help="the programs' folder (default DIR/work)")
     run.add_argument("--controller-manager", action="store_true",
                      help="also run kube-controller-manager")  # fmt: skip
+    run.add_argument("--deadline", type=float, default=START_DEADLINE,
+                     help="seconds for each program to become ready (default %(default)s)")  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
     return _run(args)

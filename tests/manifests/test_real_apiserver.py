@@ -555,3 +555,19 @@ def test_a_critical_pod_needs_the_resourcequota(
         "create", "--dry-run=server", "-n", "ipvs-leftovers", "-f", "-", stdin=pod
     )
     assert admitted.strip() == "pod/critical created (server dry run)"
+
+
+def test_upstreams_default_admits_a_critical_pod_without_a_quota(
+    tmp_path: Path, base_rendered: str
+) -> None:
+    """The other half of the quota's story (daemonset/README "Priority"): without
+    ResourceQuota's limitedResources, kube-apiserver admits the same Pod in a namespace with no
+    quota. Its own control plane (etcd + kube-apiserver, a few seconds)."""
+    with ControlPlane(tmp_path / "upstream-default", limit_critical_pods=False) as plain:
+        namespace(plain, "no-quota", "privileged")
+        plain.kubectl("create", "serviceaccount", "ipvs-leftovers", "-n", "no-quota")
+        pod = pod_from(daemonset_template(base_rendered), "critical")
+        admitted = plain.kubectl(
+            "create", "--dry-run=server", "-n", "no-quota", "-f", "-", stdin=pod
+        )
+        assert admitted.strip() == "pod/critical created (server dry run)"
