@@ -97,6 +97,13 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     help="How often auto-cleanup observes the node (through the shared collection); at least 0.1s.",
 )
+@click.option(
+    "--auto-cleanup-state",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File that keeps the hold-down across agent restarts (default: auto-cleanup.json "
+    "beside --lock-file, on the host's /run). A file failing any check starts it over.",
+)
 @BACKUP_DIR
 @LOCK_FILE
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
@@ -114,6 +121,7 @@ def serve(
     auto_cleanup: bool,
     auto_cleanup_hold_down: float,
     auto_cleanup_interval: float,
+    auto_cleanup_state: str | None,
     backup_dir: str,
     lock_file: str,
 ) -> None:
@@ -144,16 +152,18 @@ def serve(
         from pathlib import Path
 
         from agent.cleanup import procedure
-        from agent.cleanup.autoclean import AutoCleanup, Streak
+        from agent.cleanup.autoclean import AutoCleanup, load_streak
 
         # the cleanup's own reading: every attribute, as `cleanup --apply` reads it
         fresh_opts = dataclasses.replace(opts, budget=None, ipvs_detail=True)
+        state = Path(auto_cleanup_state or Path(lock_file).with_name("auto-cleanup.json"))
         auto = AutoCleanup(
             observe=shared.get,
             fresh=lambda: common.collection(fresh_opts, max_sync_age),
             settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
-            streak=Streak(auto_cleanup_hold_down, max_gap=3 * auto_cleanup_interval),
+            streak=load_streak(state, auto_cleanup_hold_down, 3 * auto_cleanup_interval),
             interval=auto_cleanup_interval,
+            state=state,
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))

@@ -33,6 +33,8 @@ READINESS_DOCS = {
     "foreign_references": "Rules outside kube-proxy's chains that use KUBE-* chains or sets",
     "localhost_nodeport_packets": "kube-proxy's localhost NodePort packet counter (iptables mode)",
 }
+# the kinds of object the classifier can put in unknown-kube (agent/classify.py)
+UNKNOWN_KINDS = ("ipvs-service", "ipset", "chain", "jump-rule", "link")
 _READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
 
 
@@ -112,6 +114,18 @@ def families(
     g = _gauge("iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", labels)
     for key in sorted(modes):
         g.add_metric(list(key), modes[key])
+    yield g
+
+    # Objects with KUBE-* names or weak evidence that match no rule: reported, never touched
+    # (SPEC §4). Every kind the classifier can give is exported, 0 when there is none.
+    unknown: Counter[str] = Counter({kind: 0 for kind in UNKNOWN_KINDS})
+    for f in c.owned_by(Owner.UNKNOWN_KUBE):
+        unknown[f.kind] += 1
+    g = _gauge(
+        "unknown_kube_objects", "KUBE-* objects no rule recognises, never touched", ("kind",)
+    )
+    for kind in sorted(unknown):
+        g.add_metric([kind], unknown[kind])
     yield g
 
     # An _info series is 1 or absent (Prometheus' convention): one series, the mode seen.
