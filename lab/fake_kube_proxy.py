@@ -340,11 +340,9 @@ def metrics_body(state: dict[str, Any], now: float) -> str:
         for labels in _label_sets(name, fam, state):
             if fam.type == "histogram":
                 count = 2
-                samples += [
-                    f"{name}_bucket{_text(labels, f'le={chr(34)}{b}{chr(34)}')} "
-                    f"{count if float(b) >= 0.512 else 0}"
-                    for b in _BUCKETS
-                ]
+                for b in _BUCKETS:
+                    le = f'le="{b}"'
+                    samples.append(f"{name}_bucket{_text(labels, le)} {count * (float(b) > 0.5)}")
                 samples += [
                     f"{name}_sum{_text(labels)} 1.5",
                     f"{name}_count{_text(labels)} {count}",
