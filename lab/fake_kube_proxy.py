@@ -3,13 +3,20 @@
 Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSON state file is
 re-read on every request, so a test flips behaviour by rewriting it:
   {"mode": "nftables"|"ipvs"|"iptables", "families": ["IPv4", "IPv6"], "healthy": true,
-   "last_sync_age": 5.0, "healthz_format": "json"|"old"|"oldest", "garbage": false,
-   "sync_failures": 0, "node_eligible": true, "release": null|"v1.30.3"}
-node_eligible false is a node being deleted: /healthz answers 503, /livez ignores it (as
-kube-proxy's proxier_health.go). The "oldest" format is a release before /livez (404).
-"release": "v1.30.3" serves what real kube-proxy v1.30.3 serves (tests/data/kube-proxy-v1.30.3):
-/healthz in the old Go-time format with nodeEligible, /livez without it, and /metrics without
-ip_family labels, without any nftables series, with its iptables-mode gauges.
+   "last_sync_age": 5.0, "healthz_format": null|"json"|"old"|"oldest", "garbage": false,
+   "sync_failures": 0, "node_eligible": true,
+   "release": null|"v1.30.3"|"v1.34.4"|"v1.35.4"|"v1.36.3"|"v1.37.2"}
+"release" picks the profile of a real release (PROFILES), each checked against what that
+release served (tests/data/kube-proxy-<release>, tests/unit/test_recorded_releases.py); null is
+the newest, v1.37.2. Since 1.33: /healthz and /livez in JSON with RFC 3339 times, `healthy` and a
+per-family `status`, and ip_family labels; counters that have not moved are absent, so
+"sync_failures" 0 serves no kubeproxy_sync_proxy_rules_nftables_sync_failures_total (nftables
+mode) and no ..._iptables_restore_failures_total (ipvs, iptables mode). v1.30.3: Go time
+strings, no ip_family label, every series at 0 from the start (docs/kube-proxy-releases.md).
+"healthz_format" null is the release's; a value overrides it for the health bodies only:
+"old" is 1.30-1.32's Go-time strings, "oldest" a release before /livez (404 there).
+node_eligible false is a node being deleted: /healthz answers 503 (its `healthy` stays the
+proxier's own), /livez ignores it (as kube-proxy's proxy_health.go).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,7 +39,7 @@ DEFAULT_STATE: dict[str, Any] = {
     "families": ["IPv4"],
     "healthy": True,
     "last_sync_age": 5.0,
-    "healthz_format": "json",
+    "healthz_format": None,
     "garbage": False,
     "sync_failures": 0,
     "node_eligible": True,
@@ -49,9 +57,11 @@ def load_state(path: Path) -> dict[str, Any]:
 
 
 def rfc3339nano(ts: float) -> str:
-    # Go's time.RFC3339Nano: trailing zeros of the fraction dropped, "Z" for UTC.
-    dt = datetime.fromtimestamp(ts, UTC)
-    frac = f"{dt.microsecond:06d}".rstrip("0")
+    """Go's time.RFC3339Nano, as encoding/json writes a time.Time: nanoseconds with the
+    trailing zeros of the fraction dropped, "Z" for UTC."""
+    ns = round(ts * 1e9)
+    dt = datetime.fromtimestamp(ns // 10**9, UTC)
+    frac = f"{ns % 10**9:09d}".rstrip("0")
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
@@ -67,16 +77,22 @@ def go_time_string(ts: float) -> str:
     )
 
 
+def health_format(state: dict[str, Any]) -> str:
+    """The state's healthz_format, else its release's."""
+    return str(state.get("healthz_format") or profile(state).health)
+
+
 def healthz_body(state: dict[str, Any], now: float, livez: bool = False) -> tuple[int, str]:
     eligible = bool(state.get("node_eligible", True))
-    healthy = bool(state["healthy"]) and (eligible or livez)
+    proxier_healthy = bool(state["healthy"])
+    # /healthz also needs an eligible node; /livez only the proxiers (proxy_health.go)
+    code = 200 if proxier_healthy and (eligible or livez) else 503
     last = now - float(state["last_sync_age"])
     # On 200 kube-proxy reports lastUpdated as "now" for backward compatibility.
-    shown = now if healthy else last
-    fmt = state["healthz_format"]
+    shown = now if code == 200 else last
+    fmt = health_format(state)
     if livez and fmt == "old":
         fmt = "oldest"  # 1.30's /livez: the /healthz document without nodeEligible
-    code = 200 if healthy else 503
     if fmt == "old":
         return code, (
             f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": '
@@ -86,301 +102,259 @@ def healthz_body(state: dict[str, Any], now: float, livez: bool = False) -> tupl
         return code, (
             f'{{"lastUpdated": "{go_time_string(shown)}","currentTime": "{go_time_string(now)}"}}'
         )
-    body = {
-        "lastUpdated": rfc3339nano(shown),
-        "currentTime": rfc3339nano(now),
-        "nodeEligible": eligible,
-        "healthy": healthy,
-        "status": {
-            fam: {"lastUpdated": rfc3339nano(last), "healthy": healthy} for fam in state["families"]
-        },
+    body: dict[str, Any] = {"lastUpdated": rfc3339nano(shown), "currentTime": rfc3339nano(now)}
+    if not livez:
+        body["nodeEligible"] = eligible
+    body["healthy"] = proxier_healthy
+    body["status"] = {  # encoding/json writes a map's keys sorted
+        fam: {"lastUpdated": rfc3339nano(last), "healthy": proxier_healthy}
+        for fam in sorted(state["families"])
     }
     return code, json.dumps(body, separators=(",", ":"))
 
 
-def _counter(lines: list[str], name: str, help_: str, samples: list[tuple[str, float]]) -> None:
-    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} counter"]
-    lines += [f"{name}{labels} {value:g}" for labels, value in samples]
+# --- /metrics: one table of kubeproxy_* families per release ---------------------------------
+#
+# Each family as kube-proxy's pkg/proxy/metrics registers it: its type, HELP, the label names
+# besides ip_family, the proxy modes that register it, and whether it is a *Vec that is absent
+# until it first moves (a counter nobody incremented, a histogram nobody observed). Checked
+# against every recorded release by tests/unit/test_recorded_releases.py.
+
+ALL_MODES = frozenset({"ipvs", "iptables", "nftables"})
+IPVS, IPTABLES, NFTABLES = frozenset({"ipvs"}), frozenset({"iptables"}), frozenset({"nftables"})
 
 
-def _gauge(lines: list[str], name: str, help_: str, samples: list[tuple[str, float]]) -> None:
-    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} gauge"]
-    lines += [f"{name}{labels} {value!r}" for labels, value in samples]
+@dataclass(frozen=True)
+class Family:
+    type: str  # counter | gauge | histogram
+    help: str
+    modes: frozenset[str] = ALL_MODES
+    labels: tuple[str, ...] = ()  # label names other than ip_family
+    per_family: bool = True  # one series per IP family (an ip_family label, >= 1.33)
+    moved_only: bool = False  # absent until it first moves (a *Vec never touched)
 
 
-def _histogram(lines: list[str], name: str, help_: str, fams: list[str]) -> None:
-    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} histogram"]
-    buckets = [
-        "0.001",
-        "0.002",
-        "0.004",
-        "0.008",
-        "0.016",
-        "0.032",
-        "0.064",
-        "0.128",
-        "0.256",
-        "0.512",
-        "1.024",
-        "2.048",
-        "4.096",
-        "8.192",
-        "16.384",
-        "+Inf",
-    ]
-    for fam in fams:
-        for b in buckets:
-            count = 0 if float(b) < 0.008 else 42
-            lines.append(f'{name}_bucket{{ip_family="{fam}",le="{b}"}} {count}')
-        lines += [f'{name}_sum{{ip_family="{fam}"}} 0.53', f'{name}_count{{ip_family="{fam}"}} 42']
+@dataclass(frozen=True)
+class Profile:
+    """What one kube-proxy release serves: the /healthz format and its kubeproxy_* families."""
+
+    health: str  # "json" (RFC 3339 times, healthy, per-family status) or "old" (Go times)
+    families: dict[str, Family]
 
 
-def _plain_histogram(lines: list[str], name: str, help_: str, count: int, total: float) -> None:
-    """A histogram without labels (v1.30.3: one set of sync metrics for both families)."""
-    lines += [f"# HELP {name} [ALPHA] {help_}", f"# TYPE {name} histogram"]
-    bounds = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256"]
-    bounds += ["0.512", "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]
-    lines += [f'{name}_bucket{{le="{b}"}} {count if b == "+Inf" else 0}' for b in bounds]
-    lines += [f"{name}_sum {total:g}", f"{name}_count {count}"]
+def _f(help_: str, type_: str = "counter", **kw: Any) -> Family:
+    return Family(type_, f"[ALPHA] {help_}", **kw)
 
 
-def metrics_body_v1_30_3(state: dict[str, Any], now: float) -> str:
-    """The series real kube-proxy v1.30.3 serves in each mode, as recorded."""
-    mode = state["mode"]
-    last = now - float(state["last_sync_age"])
-    failures = float(state["sync_failures"])
-    lines: list[str] = []
-    _plain_histogram(
-        lines,
-        "kubeproxy_network_programming_duration_seconds",
-        "In Cluster Network Programming Latency in seconds",
-        0,
-        0.0,
-    )
-    healthz = [('{code="200"}', 2.0)] + ([('{code="503"}', 1.0)] if not state["healthy"] else [])
-    _counter(
-        lines, "kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status", healthz
-    )
-    _counter(
-        lines,
-        "kubeproxy_proxy_livez_total",
-        "Cumulative proxy livez HTTP status",
-        [('{code="200"}', 1.0)],
-    )
-    _plain_histogram(
-        lines,
-        "kubeproxy_sync_full_proxy_rules_duration_seconds",
+# v1.34.4 as recorded (tests/data/kube-proxy-v1.34.4; v1.37.2 the same), the releases since 1.33.
+_V1_34: dict[str, Family] = {
+    "kubeproxy_conntrack_reconciler_deleted_entries_total": _f(
+        "Cumulative conntrack flows deleted by conntrack reconciler"
+    ),
+    "kubeproxy_conntrack_reconciler_sync_duration_seconds": _f(
+        "ReconcileConntrackFlowsLatency latency in seconds", "histogram"
+    ),
+    "kubeproxy_iptables_ct_state_invalid_dropped_packets_total": _f(
+        "packets dropped by iptables to work around conntrack problems",
+        modes=IPTABLES,
+        per_family=False,
+    ),
+    "kubeproxy_iptables_localhost_nodeports_accepted_packets_total": _f(
+        "Number of packets accepted on nodeports of loopback interface",
+        modes=IPTABLES,
+        per_family=False,
+    ),
+    "kubeproxy_network_programming_duration_seconds": _f(
+        "In Cluster Network Programming Latency in seconds", "histogram", moved_only=True
+    ),
+    "kubeproxy_proxy_healthz_total": _f(
+        "Cumulative proxy healthz HTTP status", labels=("code",), per_family=False
+    ),
+    "kubeproxy_proxy_livez_total": _f(
+        "Cumulative proxy livez HTTP status", labels=("code",), per_family=False
+    ),
+    "kubeproxy_sync_full_proxy_rules_duration_seconds": _f(
         "SyncProxyRules latency in seconds for full resyncs",
-        2,
-        1.5,
-    )
-    _plain_histogram(
-        lines,
-        "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+        "histogram",
+        modes=IPTABLES | NFTABLES,
+    ),
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds": _f(
         "SyncProxyRules latency in seconds for partial resyncs",
-        0,
-        0.0,
-    )
-    _plain_histogram(
-        lines,
-        "kubeproxy_sync_proxy_rules_duration_seconds",
-        "SyncProxyRules latency in seconds",
-        2,
-        1.5,
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-        "Pending proxy rules Endpoint changes",
-        [("", 0.0)],
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-        "Cumulative proxy rules Endpoint changes",
-        [("", 11.0)],
-    )
-    tables = [('{table="filter"}', 5.0), ('{table="nat"}', 122.0)]
-    if mode == "iptables":
-        _gauge(
-            lines,
-            "kubeproxy_sync_proxy_rules_iptables_last",
-            "Number of iptables rules written by kube-proxy in last sync",
-            tables,
-        )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
-        "Cumulative proxy iptables partial restore failures",
-        [("", 0.0)],
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-        "Cumulative proxy iptables restore failures",
-        [("", failures if mode != "nftables" else 0.0)],
-    )
-    if mode == "iptables":
-        _gauge(
-            lines,
-            "kubeproxy_sync_proxy_rules_iptables_total",
-            "Total number of iptables rules owned by kube-proxy",
-            tables,
-        )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-        "The last time a sync of proxy rules was queued",
-        [("", last)],
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-        "The last time proxy rules were successfully synced",
-        [("", last)],
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "histogram",
+        modes=IPTABLES | NFTABLES,
+        moved_only=True,
+    ),
+    "kubeproxy_sync_proxy_rules_duration_seconds": _f(
+        "SyncProxyRules latency in seconds", "histogram"
+    ),
+    "kubeproxy_sync_proxy_rules_endpoint_changes_pending": _f(
+        "Pending proxy rules Endpoint changes", "gauge", per_family=False
+    ),
+    "kubeproxy_sync_proxy_rules_endpoint_changes_total": _f(
+        "Cumulative proxy rules Endpoint changes", per_family=False
+    ),
+    "kubeproxy_sync_proxy_rules_iptables_last": _f(
+        "Number of iptables rules written by kube-proxy in last sync",
+        "gauge",
+        modes=IPTABLES,
+        labels=("table",),
+    ),
+    "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total": _f(
+        "Cumulative proxy iptables partial restore failures", modes=IPTABLES, moved_only=True
+    ),
+    "kubeproxy_sync_proxy_rules_iptables_restore_failures_total": _f(
+        "Cumulative proxy iptables restore failures", modes=IPVS | IPTABLES, moved_only=True
+    ),
+    "kubeproxy_sync_proxy_rules_iptables_total": _f(
+        "Total number of iptables rules owned by kube-proxy",
+        "gauge",
+        modes=IPTABLES,
+        labels=("table",),
+    ),
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds": _f(
+        "The last time a sync of proxy rules was queued", "gauge"
+    ),
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds": _f(
+        "The last time proxy rules were successfully synced", "gauge"
+    ),
+    "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total": _f(
+        "Cumulative proxy nftables cleanup failures", modes=NFTABLES, moved_only=True
+    ),
+    "kubeproxy_sync_proxy_rules_nftables_sync_failures_total": _f(
+        "Cumulative proxy nftables sync failures", modes=NFTABLES, moved_only=True
+    ),
+    "kubeproxy_sync_proxy_rules_no_local_endpoints_total": _f(
         "Number of services with a Local traffic policy and no endpoints",
-        [(f'{{traffic_policy="{p}"}}', 0.0) for p in ("external", "internal")],
+        "gauge",
+        labels=("traffic_policy",),
+    ),
+    "kubeproxy_sync_proxy_rules_service_changes_pending": _f(
+        "Pending proxy rules Service changes", "gauge", per_family=False
+    ),
+    "kubeproxy_sync_proxy_rules_service_changes_total": _f(
+        "Cumulative proxy rules Service changes", per_family=False
+    ),
+}
+
+_UNLABELLED: dict[str, Any] = {"per_family": False, "moved_only": False}
+# v1.30.3 as recorded: no ip_family label, plain metrics (served at 0 from the start), no
+# conntrack reconciler series, no kubeproxy_iptables_* series.
+_V1_30: dict[str, Family] = {
+    **{
+        name: replace(fam, **_UNLABELLED)
+        for name, fam in _V1_34.items()
+        if not name.startswith(("kubeproxy_conntrack_", "kubeproxy_iptables_"))
+        and "nftables" not in name
+    },
+    **{
+        name: replace(_V1_34[name], modes=ALL_MODES, **_UNLABELLED)
+        for name in (
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+        )
+    },
+}
+
+_SINCE_1_33 = Profile("json", _V1_34)
+# Each release and what it serves. Releases that serve the same shapes share one profile;
+# what changed between them (docs/kube-proxy-releases.md):
+#   v1.35.4, v1.36.3: nothing in pkg/proxy/metrics or pkg/proxy/healthcheck/proxy_health.go.
+#   v1.37.2: kubeproxy_nftables_localhost_nodeport_* only with the alpha feature gate
+#            KubeProxyNFTablesLocalhostNodePorts (off by default, not served here).
+PROFILES: dict[str, Profile] = {
+    "v1.30.3": Profile("old", _V1_30),
+    "v1.34.4": _SINCE_1_33,
+    "v1.35.4": _SINCE_1_33,
+    "v1.36.3": _SINCE_1_33,
+    "v1.37.2": _SINCE_1_33,
+}
+NEWEST = "v1.37.2"
+
+
+def profile(state: dict[str, Any]) -> Profile:
+    """The release the state names; null is the newest."""
+    release = state.get("release") or NEWEST
+    try:
+        return PROFILES[release]
+    except KeyError:
+        raise ValueError(f"no profile for kube-proxy release {release!r}") from None
+
+
+_BUCKETS = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256"]
+_BUCKETS += ["0.512", "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]
+_LABEL_VALUES = {"table": ("filter", "nat"), "traffic_policy": ("external", "internal")}
+
+
+def _value(name: str, state: dict[str, Any], now: float, labels: dict[str, str]) -> float:
+    mode = state["mode"]
+    failures = float(state["sync_failures"])
+    if name.endswith(("_last_timestamp_seconds", "_last_queued_timestamp_seconds")):
+        return now - float(state["last_sync_age"])
+    if name == "kubeproxy_sync_proxy_rules_nftables_sync_failures_total":
+        return failures
+    if name == "kubeproxy_sync_proxy_rules_iptables_restore_failures_total":
+        return failures if mode != "nftables" else 0.0
+    if name.endswith(("_healthz_total", "_livez_total")):
+        return 2.0 if labels["code"] == "200" else 1.0
+    if name.endswith("_changes_total"):
+        return 14.0 if "endpoint" in name else 26.0
+    if name.startswith("kubeproxy_sync_proxy_rules_iptables_") and "table" in labels:
+        return 5.0 if labels["table"] == "filter" else 122.0
+    return 0.0
+
+
+def _codes(name: str, state: dict[str, Any]) -> list[dict[str, str]]:
+    """200 always (kubelet's probes), 503 once kube-proxy answered one."""
+    bad = not state["healthy"] or (
+        name == "kubeproxy_proxy_healthz_total" and not state.get("node_eligible", True)
     )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_service_changes_pending",
-        "Pending proxy rules Service changes",
-        [("", 0.0)],
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_service_changes_total",
-        "Cumulative proxy rules Service changes",
-        [("", 22.0)],
-    )
-    return "\n".join(lines) + "\n"
+    return [{"code": "200"}] + ([{"code": "503"}] if bad else [])
+
+
+def _label_sets(name: str, fam: Family, state: dict[str, Any]) -> list[dict[str, str]]:
+    sets: list[dict[str, str]] = [{}]
+    if fam.per_family:
+        sets = [{"ip_family": f} for f in sorted(state["families"])]
+    for label in fam.labels:
+        if label == "code":
+            sets = [{**s, **c} for s in sets for c in _codes(name, state)]
+        else:
+            sets = [{**s, label: v} for s in sets for v in _LABEL_VALUES[label]]
+    return sets
+
+
+def _text(labels: dict[str, str], extra: str = "") -> str:
+    inner = ",".join([f'{k}="{v}"' for k, v in sorted(labels.items())] + ([extra] if extra else []))
+    return f"{{{inner}}}" if inner else ""
 
 
 def metrics_body(state: dict[str, Any], now: float) -> str:
-    if state.get("release") == "v1.30.3":
-        return metrics_body_v1_30_3(state, now)
-    fams = list(state["families"])
-
-    def per_fam(value: float) -> list[tuple[str, float]]:
-        return [(f'{{ip_family="{f}"}}', value) for f in fams]
-
-    mode = state["mode"]
-    failures = float(state["sync_failures"])
-    last = now - float(state["last_sync_age"])
+    """The kubeproxy_* families the state's release serves in the state's mode."""
     lines: list[str] = []
-    _histogram(
-        lines,
-        "kubeproxy_network_programming_duration_seconds",
-        "In Cluster Network Programming Latency in seconds",
-        fams,
-    )
-    _counter(
-        lines,
-        "kubeproxy_proxy_healthz_total",
-        "Cumulative proxy healthz HTTP status",
-        [('{code="200"}', 120.0)] + ([('{code="503"}', 3.0)] if not state["healthy"] else []),
-    )
-    _counter(
-        lines,
-        "kubeproxy_proxy_livez_total",
-        "Cumulative proxy livez HTTP status",
-        [('{code="200"}', 120.0)],
-    )
-    _histogram(
-        lines,
-        "kubeproxy_sync_proxy_rules_duration_seconds",
-        "SyncProxyRules latency in seconds",
-        fams,
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-        "Pending proxy rules Endpoint changes",
-        per_fam(0.0),
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-        "Cumulative proxy rules Endpoint changes",
-        per_fam(57.0),
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-        "The last time a sync of proxy rules was queued",
-        per_fam(last),
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-        "The last time proxy rules were successfully synced",
-        per_fam(last),
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-        "Number of services with a Local traffic policy and no endpoints",
-        [
-            (f'{{ip_family="{f}",traffic_policy="{p}"}}', 0.0)
-            for f in fams
-            for p in ("external", "internal")
-        ],
-    )
-    _gauge(
-        lines,
-        "kubeproxy_sync_proxy_rules_service_changes_pending",
-        "Pending proxy rules Service changes",
-        per_fam(0.0),
-    )
-    _counter(
-        lines,
-        "kubeproxy_sync_proxy_rules_service_changes_total",
-        "Cumulative proxy rules Service changes",
-        per_fam(23.0),
-    )
-    if mode == "nftables":
-        _counter(
-            lines,
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-            "Cumulative proxy nftables sync failures",
-            per_fam(failures),
-        )
-        _counter(
-            lines,
-            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
-            "Cumulative proxy nftables cleanup failures",
-            per_fam(0.0),
-        )
-    elif mode == "iptables":
-        _counter(
-            lines,
-            "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
-            "packets dropped by iptables to work around conntrack problems",
-            [("", 0.0)],
-        )
-        _counter(
-            lines,
-            "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-            "Number of packets accepted on nodeports of loopback interface",
-            [("", 0.0)],
-        )
-        _counter(
-            lines,
-            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-            "Cumulative proxy iptables restore failures",
-            per_fam(failures),
-        )
-    elif mode == "ipvs":
-        _counter(
-            lines,
-            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-            "Cumulative proxy iptables restore failures",
-            per_fam(failures),
-        )
+    for name, fam in sorted(profile(state).families.items()):
+        if state["mode"] not in fam.modes or (fam.moved_only and fam.type == "histogram"):
+            continue
+        samples = []
+        for labels in _label_sets(name, fam, state):
+            if fam.type == "histogram":
+                count = 2
+                for b in _BUCKETS:
+                    le = f'le="{b}"'
+                    samples.append(f"{name}_bucket{_text(labels, le)} {count * (float(b) > 0.5)}")
+                samples += [
+                    f"{name}_sum{_text(labels)} 1.5",
+                    f"{name}_count{_text(labels)} {count}",
+                ]
+                continue
+            value = _value(name, state, now, labels)
+            if fam.moved_only and not value:
+                continue
+            shown = f"{value:.0f}" if value.is_integer() and abs(value) < 1e15 else repr(value)
+            samples.append(f"{name}{_text(labels)} {shown}")
+        if samples:
+            lines += [f"# HELP {name} {fam.help}", f"# TYPE {name} {fam.type}", *samples]
     return "\n".join(lines) + "\n"
 
 
@@ -413,17 +387,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, metrics_body(state, now).encode(), "text/plain; version=0.0.4")
         elif self.role == "metrics" and path == "/healthz":
             self._send(200, b"ok", text)  # the apiserver-style check on the metrics port
-        elif self.role == "healthz" and path == "/livez" and state["healthz_format"] == "oldest":
+        elif self.role == "healthz" and path == "/livez" and health_format(state) == "oldest":
             self._send(404, b"404 page not found\n", text)  # a release before /livez
         elif self.role == "healthz" and path in ("/healthz", "/livez"):
-            if state.get("release") == "v1.30.3":
-                # v1.30.3: Go time strings (healthz_body leaves nodeEligible out of /livez)
-                state = {**state, "healthz_format": "old"}
             code, body = healthz_body(state, now, livez=path == "/livez")
-            if path == "/livez" and state["healthz_format"] == "json":
-                data = json.loads(body)
-                data.pop("nodeEligible", None)
-                body = json.dumps(data, separators=(",", ":"))
             self._send(code, body.encode(), "application/json")
         else:
             self._send(404, b"404 page not found\n", text)

@@ -20,6 +20,11 @@ MAX_LABEL = 63  # a label value, and a Job's name (its pods carry it in the job-
 BACKUP_DIR = "/var/lib/ipvs-leftovers"
 LOCK_DIR = "/run/ipvs-leftovers"
 NODE_LABEL = "ipvs-leftovers.io/node"
+# A hung cleanup must not hold the node's cleanup lock for ever: past this the Job controller
+# kills the pod (the lock is an flock, released with the process) and marks the Job failed
+# (DeadlineExceeded). Measured whole runs are seconds to a minute (bench/results.md: 17 s of
+# steps at 20,000 Services under emulation); the tools' own deadlines are minutes.
+ACTIVE_DEADLINE = 1800
 
 
 class InvalidName(ValueError):
@@ -61,7 +66,11 @@ def validate(node: str, namespace: str) -> None:
 
 
 def manifest(
-    node: str, image: str, namespace: str = "ipvs-leftovers", apply: bool = False
+    node: str,
+    image: str,
+    namespace: str = "ipvs-leftovers",
+    apply: bool = False,
+    active_deadline: int = ACTIVE_DEADLINE,
 ) -> dict[str, Any]:
     """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse."""
     validate(node, namespace)
@@ -86,6 +95,7 @@ def manifest(
         "metadata": metadata,
         "spec": {
             "backoffLimit": 0,
+            "activeDeadlineSeconds": active_deadline,
             "ttlSecondsAfterFinished": 604800,
             "template": {
                 "metadata": {"labels": pod_labels},
@@ -150,9 +160,15 @@ def _volumes() -> list[dict[str, Any]]:
     ]
 
 
-def render(node: str, image: str, namespace: str = "ipvs-leftovers", apply: bool = False) -> str:
+def render(
+    node: str,
+    image: str,
+    namespace: str = "ipvs-leftovers",
+    apply: bool = False,
+    active_deadline: int = ACTIVE_DEADLINE,
+) -> str:
     """The Job as YAML, after a comment saying how it was made and how to watch it."""
-    job = manifest(node, image, namespace, apply)
+    job = manifest(node, image, namespace, apply, active_deadline)
     what = "cleanup" if apply else "cleanup plan (no change)"
     header = (
         f"# One-shot ipvs-leftovers {what} on node {node}. Rendered by:\n"

@@ -23,6 +23,7 @@ COMMANDS = {
     "job-manifest": "agent.cli.cleanup:job_manifest",
     "precheck": "agent.cli.checks:precheck",
     "verify": "agent.cli.checks:verify",
+    "fleet": "agent.cli.fleet:fleet",
 }
 
 
@@ -61,7 +62,11 @@ class LazyGroup(click.Group):
             return super().get_command(ctx, cmd_name)
         module, name = target.split(":")
         command: click.Command = getattr(importlib.import_module(module), name)
-        return documented_env(command, f"{ENV_PREFIX}_{cmd_name.upper().replace('-', '_')}")
+        prefix = f"{ENV_PREFIX}_{cmd_name.upper().replace('-', '_')}"
+        if isinstance(command, click.Group):  # `fleet status`: IPVS_LEFTOVERS_FLEET_STATUS_*
+            for sub_name, sub in command.commands.items():
+                documented_env(sub, f"{prefix}_{sub_name.upper().replace('-', '_')}")
+        return documented_env(command, prefix)
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:

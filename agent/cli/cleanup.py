@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agent import __version__, exitcodes
+from agent import exitcodes
 from agent.cli import common
 from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Seconds
 
@@ -114,20 +114,63 @@ def cleanup(
 @click.option("--node", required=True, help="The node the Job runs on (spec.nodeName).")
 @click.option(
     "--image",
-    default=f"ghcr.io/example/ipvs-leftovers:{__version__}",
-    show_default=True,
-    help="The agent's image as you publish it.",
+    default=None,
+    help="The agent's image. Default: the running DaemonSet's, read from the API server "
+    "(kubeconfig or in-cluster; needs the [fleet] extra).",
 )
-@click.option("--namespace", default="ipvs-leftovers", show_default=True)
+@click.option(
+    "--namespace",
+    default=None,
+    help="Where the Job goes. Default: the running DaemonSet's namespace; with --image and no "
+    "API: ipvs-leftovers.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="For reading the DaemonSet (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
+)
+@click.option(
+    "--active-deadline",
+    type=click.IntRange(min=60, max=86400),
+    default=1800,
+    show_default=True,
+    help="Seconds after which Kubernetes stops the Job (a hung cleanup must not hold the "
+    "node's lock for ever).",
+)
 @click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
-def job_manifest(node: str, image: str, namespace: str, apply_: bool) -> None:
-    """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -)."""
-    from agent.cleanup.job import InvalidName, render
+def job_manifest(
+    node: str,
+    image: str | None,
+    namespace: str | None,
+    kubeconfig: str | None,
+    active_deadline: int,
+    apply_: bool,
+) -> None:
+    """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -).
+
+    The image and namespace are the running DaemonSet's unless --image is given: a Job never
+    runs a placeholder image. Exit 4 when the DaemonSet cannot be read (one line: why)."""
+    from agent.cleanup.job import InvalidName, render, validate
 
     try:
-        click.echo(render(node, image, namespace, apply_), nl=False)
+        validate(node, namespace or "ipvs-leftovers")
+        if image is None:
+            from agent.fleet.kube import KubeError, agent_daemonset, api_client
+
+            try:
+                ds = agent_daemonset(api_client(kubeconfig), namespace)
+            except KubeError as exc:
+                common.fail(
+                    f"cannot take the image from the agent's DaemonSet: {exc}; give --image "
+                    "(and --namespace) to render the Job without the API",
+                    exitcodes.ERROR,
+                )
+            image, namespace = ds.image, ds.namespace
+        job = render(node, image, namespace or "ipvs-leftovers", apply_, active_deadline)
     except InvalidName as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from exc
+    click.echo(job, nl=False)
 
 
 @click.command()

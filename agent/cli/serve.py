@@ -66,22 +66,25 @@ def _auto_cleanup(
     max_sync_age: float,
     hold_down: float,
     interval: float,
-    files: tuple[str, str],
+    files: tuple[str, str, str | None],
 ) -> AutoCleanup:
     """serve's auto-cleanup: it observes the scrapes' shared collection and, once due, reads
-    the node as `cleanup --apply` does (every attribute: `fresh_opts`)."""
+    the node as `cleanup --apply` does (every attribute: `fresh_opts`). Its streak is kept in
+    a state file (default: auto-cleanup.json beside the lock file)."""
     from pathlib import Path
 
     from agent.cleanup import procedure
-    from agent.cleanup.autoclean import AutoCleanup, Streak
+    from agent.cleanup.autoclean import AutoCleanup, load_streak
 
-    backup_dir, lock_file = files
+    backup_dir, lock_file, state_file = files
+    state = Path(state_file or Path(lock_file).with_name("auto-cleanup.json"))
     return AutoCleanup(
         observe=shared.get,
         fresh=lambda: common.collection(fresh_opts, max_sync_age),
         settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
-        streak=Streak(hold_down, max_gap=3 * interval),
+        streak=load_streak(state, hold_down, 3 * interval),
         interval=interval,
+        state=state,
     )
 
 
@@ -150,6 +153,13 @@ def _bind(host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str
     show_default=True,
     help="How often auto-cleanup observes the node (through the shared collection); at least 0.1s.",
 )
+@click.option(
+    "--auto-cleanup-state",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File that keeps the hold-down across agent restarts (default: auto-cleanup.json "
+    "beside --lock-file, on the host's /run). A file failing any check starts it over.",
+)
 @BACKUP_DIR
 @LOCK_FILE
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
@@ -167,6 +177,7 @@ def serve(
     auto_cleanup: bool,
     auto_cleanup_hold_down: float,
     auto_cleanup_interval: float,
+    auto_cleanup_state: str | None,
     backup_dir: str,
     lock_file: str,
 ) -> None:
@@ -200,7 +211,7 @@ def serve(
             max_sync_age,
             auto_cleanup_hold_down,
             auto_cleanup_interval,
-            (backup_dir, lock_file),
+            (backup_dir, lock_file, auto_cleanup_state),
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))

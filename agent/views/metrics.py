@@ -33,6 +33,8 @@ READINESS_DOCS = {
     "foreign_references": "Rules outside kube-proxy's chains that use KUBE-* chains or sets",
     "localhost_nodeport_packets": "kube-proxy's localhost NodePort packet counter (iptables mode)",
 }
+# the kinds of object the classifier can put in unknown-kube (agent/classify.py)
+UNKNOWN_KINDS = ("ipvs-service", "ipset", "chain", "jump-rule", "link")
 _READER_OF = {"ip_vs": "ipvs", "ip_set": "ipsets", "nf_tables": "nftables"}
 
 
@@ -48,6 +50,7 @@ def families(col: Collection) -> Iterator[Family]:
     snap, c = col.snapshot, col.classification
     yield from _leftover_families(snap, c)
     yield from _iptables_families(c)
+    yield from _unknown_families(c)
     yield from _mode_families(snap, c)
     yield from _source_families(snap)
     readiness = readiness_metrics(snap, c, col.config)
@@ -124,6 +127,23 @@ def _iptables_families(c: Classification) -> Iterator[Family]:
     yield _by_table(
         "iptables_mode_chains", "kube-proxy iptables-mode iptables chains present", modes
     )
+
+
+def _unknown_families(c: Classification) -> Iterator[Family]:
+    """Objects with KUBE-* names or weak evidence that match no rule: reported, never touched
+    (docs/contract.md#ownership). Every kind the classifier can give is exported, 0 when
+    there is none."""
+    unknown: Counter[str] = Counter({kind: 0 for kind in UNKNOWN_KINDS})
+    for f in c.owned_by(Owner.UNKNOWN_KUBE):
+        unknown[f.kind] += 1
+    g = _gauge(
+        "unknown_kube_objects",
+        f"{names.KUBE_PREFIX}* objects no rule recognises, never touched",
+        ("kind",),
+    )
+    for kind in sorted(unknown):
+        g.add_metric([kind], unknown[kind])
+    yield g
 
 
 def _mode_families(snap: Snapshot, c: Classification) -> Iterator[Family]:

@@ -43,6 +43,10 @@ AGENT_METRICS = {
     "ipvs_leftovers_kube_proxy_healthy",
     "ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds",
     "ipvs_leftovers_kube_proxy_nftables_sync_failures_total",
+    "ipvs_leftovers_unknown_kube_objects",
+    # serve --auto-cleanup's runs
+    "ipvs_leftovers_cleanup_runs_total",
+    "ipvs_leftovers_nftables_confirmed_streak_seconds",
 }
 OTHER_METRICS = {"up"}
 # Nothing may query kube-proxy's own kubeproxy_* series: Prometheus usually cannot scrape them.
@@ -430,7 +434,16 @@ def cmd_overlay(rendered: str, base_url: str, cleanup_job: str) -> None:
         != job["containers"][0]["resources"]["limits"]["memory"]
     ):
         problems.add("DaemonSet", "auto-cleanup needs the cleanup Job's memory limit")
-    print(f"  {len(docs)} objects in monitoring; runbooks under {base_url}; auto-cleanup mounts")
+    for kind in sorted(CRD_KINDS):
+        labels = _one(docs, kind, problems).get("metadata", {}).get("labels", {})
+        if labels.get("release") != "kube-prometheus-stack":
+            problems.add(kind, f"no release label from components/prometheus-release: {labels}")
+    if any(d.get("kind") == "ConfigMap" and "release" in (d.get("data") or {}) for d in docs):
+        problems.add("ConfigMap", "the release ConfigMap is local-config: it must not render")
+    print(
+        f"  {len(docs)} objects in monitoring; runbooks under {base_url}; auto-cleanup mounts; "
+        "release label on the PodMonitor and PrometheusRule"
+    )
     problems.exit()
 
 
@@ -525,6 +538,120 @@ def cmd_image_tools(dockerfile: str, repo: str) -> None:
     problems.exit()
 
 
+PLAIN_HEAD = """\
+# The alerts of prometheusrule.yaml as a plain Prometheus rules file, for a Prometheus without
+# the Prometheus Operator (rule_files: in prometheus.yml; scrape-config.yaml beside it).
+# Generated from prometheusrule.yaml; scripts/check-manifests fails when the two differ.
+# Regenerate: python daemonset/tests/check_manifests.py write-plain-rules daemonset
+"""
+
+
+def cmd_write_plain_rules(base: str) -> None:
+    spec = load_docs(str(Path(base) / "prometheusrule.yaml"))[0]["spec"]
+    out = Path(base) / "plain" / "ipvs-leftovers.rules.yaml"
+    out.write_text(PLAIN_HEAD + yaml.safe_dump(spec, sort_keys=False, width=100))
+    print(f"  wrote {out}")
+
+
+def cmd_plain(base: str, rendered: str, out: str) -> None:
+    """daemonset/plain: the rules file is the PrometheusRule's groups, the scrape job selects
+    what the PodMonitor selects and gives the same job and node labels; `out` is a
+    prometheus.yml holding both, for promtool check config."""
+    problems = Problems()
+    plain = Path(base) / "plain"
+    rules = load_docs(str(plain / "ipvs-leftovers.rules.yaml"))[0]
+    spec = _one(load_docs(rendered), "PrometheusRule", problems).get("spec", {})
+    if rules != spec:
+        problems.add(
+            "plain/ipvs-leftovers.rules.yaml",
+            "differs from prometheusrule.yaml (run: python daemonset/tests/check_manifests.py "
+            "write-plain-rules daemonset)",
+        )
+    scrape = load_docs(str(plain / "scrape-config.yaml"))[0]
+    (job,) = scrape["scrape_configs"]
+    if job.get("job_name") != JOB:
+        problems.add("plain/scrape-config.yaml", f"job_name must be {JOB} (the alerts select it)")
+    pm = _one(load_docs(rendered), "PodMonitor", problems)
+    want = {f"{k}={v}" for k, v in pm["spec"]["selector"]["matchLabels"].items()}
+    sd = job.get("kubernetes_sd_configs", [{}])[0]
+    if [set(str(x.get("label")).split(",")) for x in sd.get("selectors", [])] != [want]:
+        problems.add("plain/scrape-config.yaml", f"must select the pods by {want}")
+    endpoint = pm["spec"]["podMetricsEndpoints"][0]
+    for key in ("interval", "scrapeTimeout"):
+        mine = job.get({"interval": "scrape_interval", "scrapeTimeout": "scrape_timeout"}[key])
+        if mine != endpoint[key]:
+            problems.add(
+                "plain/scrape-config.yaml", f"{key} {mine}, the PodMonitor's {endpoint[key]}"
+            )
+    if not any(r.get("target_label") == "node" for r in job.get("relabel_configs", [])):
+        problems.add("plain/scrape-config.yaml", "no node label")
+    allowed_sd = {"role", "namespaces", "selectors"}
+    if sd.get("role") != "pod" or set(sd) - allowed_sd:
+        problems.add(
+            "plain/scrape-config.yaml", f"kubernetes_sd_configs: role pod, only {allowed_sd}"
+        )
+    # Debian's promtool (2.42+ds) is built without Kubernetes service discovery and refuses
+    # kubernetes_sd_configs; the rest of the job (relabelling, intervals) and the rules file
+    # are checked by promtool with one static target standing in for the discovered pods.
+    checked = {**job, "static_configs": [{"targets": ["10.0.0.1:9437"]}]}
+    del checked["kubernetes_sd_configs"]
+    with open(out, "w") as f:
+        rule_file = str((plain / "ipvs-leftovers.rules.yaml").resolve())
+        yaml.safe_dump({"scrape_configs": [checked], "rule_files": [rule_file]}, f, sort_keys=False)
+    print(
+        f"  {sum(len(g.get('rules', [])) for g in spec.get('groups', []))} rules as the "
+        f"PrometheusRule; job {JOB}"
+    )
+    problems.exit()
+
+
+def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            where = f"{path}.{key}"
+            if key not in a:
+                yield f"{where}: only in helm ({b[key]!r:.80})"
+            elif key not in b:
+                yield f"{where}: only in kustomize ({a[key]!r:.80})"
+            else:
+                yield from _differences(a[key], b[key], where)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _differences(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield f"{path}: kustomize {a!r:.80}, helm {b!r:.80}"
+
+
+def cmd_helm_compare(kustomized: str, helmed: str, chart: str, repo: str) -> None:
+    """`helm template` and `kubectl kustomize` of the same choices give the same objects."""
+    problems = Problems()
+
+    def by_key(path: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+        out = {}
+        for d in load_docs(path):
+            meta = d.get("metadata", {})
+            out[(d.get("kind", ""), meta.get("namespace", ""), meta.get("name", ""))] = d
+        return out
+
+    k, h = by_key(kustomized), by_key(helmed)
+    for key in sorted(set(k) | set(h)):
+        if key not in h:
+            problems.add("/".join(key), "rendered by kustomize only")
+        elif key not in k:
+            problems.add("/".join(key), "rendered by helm only")
+        else:
+            for diff in _differences(k[key], h[key]):
+                problems.add("/".join(key), diff)
+    sys.path.insert(0, repo)
+    from agent import __version__
+
+    meta = load_docs(str(Path(chart) / "Chart.yaml"))[0]
+    if meta.get("appVersion") != __version__ or meta.get("version") != __version__:
+        problems.add("Chart.yaml", f"version/appVersion must be the agent's {__version__}")
+    print(f"  {len(k)} kustomize objects, {len(h)} helm objects compared")
+    problems.exit()
+
+
 def main(argv: list[str]) -> None:
     commands = {
         "image-tools": lambda a: cmd_image_tools(a[0], a[1]),
@@ -533,6 +660,9 @@ def main(argv: list[str]) -> None:
         "overlay": lambda a: cmd_overlay(a[0], a[1], a[2]),
         "extract-rules": lambda a: cmd_extract_rules(a[0], a[1]),
         "dashboard": lambda a: cmd_dashboard(a[0], a[1]),
+        "plain": lambda a: cmd_plain(a[0], a[1], a[2]),
+        "helm-compare": lambda a: cmd_helm_compare(a[0], a[1], a[2], a[3]),
+        "write-plain-rules": lambda a: cmd_write_plain_rules(a[0]),
     }
     if len(argv) < 2 or argv[0] not in commands:
         print(__doc__, file=sys.stderr)

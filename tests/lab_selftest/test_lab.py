@@ -210,8 +210,12 @@ def test_fake_kube_proxy(netns: str, tmp_path: Path) -> None:
         assert (code, ctype, body) == (200, "text/plain; charset=utf-8", b"nftables")
         _, _, metrics = fetch(netns, "http://127.0.0.1:10249/metrics")
         text = metrics.decode()
-        assert 'kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 0' in text
+        # v1.37.2 by default: no failure counter before a failure, one per family after
+        assert "nftables_sync_failures" not in text
         assert 'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}' in text
+        kp.set(sync_failures=2)
+        text = fetch(netns, "http://127.0.0.1:10249/metrics")[2].decode()
+        assert 'kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 2' in text
         code, _, health = fetch(netns, "http://127.0.0.1:10256/healthz")
         doc = json.loads(health)
         assert (
@@ -223,8 +227,11 @@ def test_fake_kube_proxy(netns: str, tmp_path: Path) -> None:
         kp.set(mode="ipvs", healthy=False)
         assert fetch(netns, "http://127.0.0.1:10249/proxyMode")[2] == b"ipvs"
         text = fetch(netns, "http://127.0.0.1:10249/metrics")[2].decode()
-        assert "kubeproxy_sync_proxy_rules_iptables_restore_failures_total" in text
+        assert (
+            'kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family="IPv4"} 2' in text
+        )
         assert "nftables_sync_failures" not in text
+        assert "kubeproxy_sync_full_proxy_rules_duration_seconds" not in text  # not in ipvs mode
         assert fetch(netns, "http://127.0.0.1:10256/healthz")[0] == 503
 
         kp.set(mode="iptables", healthy=True, healthz_format="old")
@@ -234,6 +241,10 @@ def test_fake_kube_proxy(netns: str, tmp_path: Path) -> None:
         assert " +0000 UTC m=+" in body and '"nodeEligible": true' in body
         kp.set(healthz_format="oldest")
         assert "nodeEligible" not in fetch(netns, "http://127.0.0.1:10256/healthz")[2].decode()
+        kp.set(release="v1.30.3", healthz_format=None)  # the release's own format
+        text = fetch(netns, "http://127.0.0.1:10249/metrics")[2].decode()
+        assert "kubeproxy_sync_proxy_rules_last_timestamp_seconds " in text  # no ip_family
+        assert " +0000 UTC m=+" in fetch(netns, "http://127.0.0.1:10256/healthz")[2].decode()
 
         kp.set(garbage=True)
         code, _, junk = fetch(netns, "http://127.0.0.1:10249/proxyMode")

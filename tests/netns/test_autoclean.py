@@ -126,3 +126,61 @@ def test_an_unwritable_lock_folder_is_logged_each_run_and_serving_goes_on(
         for line in errors
     )
     assert dump(ns) == before
+
+
+def _auto_state(tmp: Path, hold: str, interval: str) -> list[str]:
+    args = list(_auto(tmp, hold))
+    args[args.index("--auto-cleanup-interval") + 1] = interval
+    return [*args, "--auto-cleanup-state", str(tmp / "run" / "auto-cleanup.json")]
+
+
+def _streak(ns: str) -> float:
+    return scrape(ns, URL)["samples"]["ipvs_leftovers_nftables_confirmed_streak_seconds"]
+
+
+@pytest.mark.parametrize("file", ["kept", "garbled"])
+def test_the_hold_down_survives_a_restart_and_a_garbled_file_starts_it_over(
+    netns: Callable[[], str], tmp_path: Path, file: str
+) -> None:
+    """serve is stopped part-way through the hold-down and started again: with its state file
+    it carries the streak on (and cleans before a fresh hold-down could have passed); with the
+    file garbled between the two runs it starts over, and nothing is cleaned early."""
+    ns = netns()
+    build.build(ns, realistic_node(nftables_table=True))
+    before = dump(ns)
+    args = _auto_state(tmp_path, "14s", "1")  # a gap of up to 3 s keeps the streak
+    state = tmp_path / "run" / "auto-cleanup.json"
+    with start_fake_kube_proxy(
+        ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "kp.json"
+    ):
+        with serving(ns, *args):
+            deadline = time.monotonic() + 60
+            while _streak(ns) < 6 and time.monotonic() < deadline:
+                time.sleep(0.5)
+        first = _streak_from(state)
+        assert first is not None and first > 0
+        if file == "garbled":
+            state.write_bytes(state.read_bytes()[:25])  # a write cut short
+        with serving(ns, *args):
+            restarted = time.monotonic()
+            time.sleep(1.5)  # one tick after the restart
+            carried = _streak(ns)
+            if file == "kept":
+                assert carried >= 6
+                samples = _wait(ns, 'ipvs_leftovers_cleanup_runs_total{outcome="clean"}', 1, 60)
+                assert samples['ipvs_leftovers_cleanup_runs_total{outcome="clean"}'] == 1
+                assert time.monotonic() - restarted < 14  # sooner than a fresh hold-down
+                assert dump(ns) == minus_leftovers(before)
+            else:
+                assert carried < 3
+                time.sleep(6)  # past where the kept streak would have cleaned
+                samples = scrape(ns, URL)["samples"]
+                assert samples["ipvs_leftovers_cleanup_last_run_timestamp_seconds"] == 0
+                assert dump(ns) == before
+
+
+def _streak_from(path: Path) -> float | None:
+    import json
+
+    doc = json.loads(path.read_text())
+    return None if doc["since"] is None else doc["last_seen"] - doc["since"]

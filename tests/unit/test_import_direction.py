@@ -3,7 +3,9 @@ the stages below it, and module-level imports form no cycle.
 
 Stages, lowest first: the model (snapshot, names, exitcodes, logs) < the wire helpers in
 agent/readers (netlink, ipvs_wire, iptables_save, tools, kernel, _timing) < the readers <
-the centre (gate, findings, evidence, classify, collect, collection) < agent/views < agent/cleanup < agent/cli <
+the centre (gate, findings, evidence, classify, collect, collection) < agent/views <
+agent/cleanup < agent/fleet (the operator's commands that read the cluster and Prometheus)
+< agent/cli <
 agent/__main__. Imports inside functions count for the direction; imports under
 `if TYPE_CHECKING:` count for neither (they never run).
 """
@@ -30,7 +32,7 @@ CENTRE = {
     "agent.collect",
     "agent.collection",
 }
-STAGES = ("model", "wire", "readers", "centre", "views", "cleanup", "cli", "main")
+STAGES = ("model", "wire", "readers", "centre", "views", "cleanup", "fleet", "cli", "main")
 
 
 def stage(module: str) -> int:
@@ -43,7 +45,7 @@ def stage(module: str) -> int:
         return STAGES.index("readers")
     if module in CENTRE:
         return STAGES.index("centre")
-    for name in ("views", "cleanup", "cli"):
+    for name in ("views", "cleanup", "fleet", "cli"):
         if module == f"agent.{name}" or module.startswith(f"agent.{name}."):
             return STAGES.index(name)
     if module == "agent.__main__":

@@ -68,3 +68,49 @@ def test_an_unlabelled_last_sync_is_exported_without_a_family() -> None:
     got = samples(KubeProxy(kp.proxy_mode, Reading("ok", metrics), kp.healthz, NOW))
     assert got['ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds{family=""}'] == NOW - 5.0
     assert got["ipvs_leftovers_kube_proxy_nftables_sync_failures_total"] == 2
+
+
+def _all(snap: object) -> dict[str, float]:
+    from agent.snapshot import Snapshot
+
+    assert isinstance(snap, Snapshot)
+    col = Collection(snap, classify(snap, NOW), 0.0)
+    out = {}
+    for fam in families(col):
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def test_unknown_kube_objects_are_counted_by_kind_and_every_kind_is_there() -> None:
+    # a KUBE-* chain no rule knows, and a jump into it from a built-in chain (docs/contract.md#ownership)
+    nft = "\n".join(
+        [
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":KUBE-SOMETHING-NEW - [0:0]",
+            "-A INPUT -j KUBE-SOMETHING-NEW",
+            "COMMIT",
+        ]
+    )
+    got = _all(snapshot(nft=nft + "\n"))
+    p = "ipvs_leftovers_unknown_kube_objects"
+    assert got[f'{p}{{kind="chain"}}'] == 1
+    for kind in ("ipvs-service", "ipset", "link"):
+        assert got[f'{p}{{kind="{kind}"}}'] == 0
+    clean = _all(snapshot())
+    assert {k: v for k, v in clean.items() if k.startswith(p)} == {
+        f'{p}{{kind="{k}"}}': 0.0 for k in ("chain", "ipset", "ipvs-service", "jump-rule", "link")
+    }
+
+
+def test_nftables_kernel_ready_is_exported_from_the_kernel_release() -> None:
+    import dataclasses
+
+    from agent.snapshot import Kernel
+
+    snap = snapshot()
+    assert _all(snap)["ipvs_leftovers_nftables_kernel_ready"] == 1  # 6.1.0
+    old = dataclasses.replace(snap, kernel=Reading("ok", Kernel(release="5.10.0-28-amd64")))
+    assert _all(old)["ipvs_leftovers_nftables_kernel_ready"] == 0

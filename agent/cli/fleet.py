@@ -1,0 +1,240 @@
+"""`fleet status` and `fleet step`: migrate a whole fleet from what Prometheus sees.
+
+Run off the node (a workstation, or a CronJob: docs/operations.md). One-shot, stateless and
+idempotent: each run reads Prometheus and the API server again. The Kubernetes client is the
+[fleet] extra, imported only by `fleet step` and `job-manifest`'s lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from agent.cli import common
+from agent.cli.serve import Duration
+
+
+def prometheus_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--prometheus-url",
+                required=True,
+                help="The Prometheus HTTP API, e.g. http://prometheus-operated.monitoring:9090.",
+            ),
+            click.option(
+                "--bearer-token-file",
+                type=click.Path(dir_okay=False),
+                help="Sent as 'Authorization: Bearer', read on every request (tokens rotate).",
+            ),
+            click.option(
+                "--ca-file",
+                type=click.Path(exists=True, dir_okay=False),
+                help="CA bundle for an https Prometheus (default: the system's).",
+            ),
+            click.option(
+                "--prometheus-timeout",
+                type=Duration(least=1),
+                default="30s",
+                show_default=True,
+                help="Each query's deadline; past it the command refuses (exit 4).",
+            ),
+            click.option(
+                "--cluster",
+                default=None,
+                help="The `cluster` label value to act on; required when Prometheus holds several.",
+            ),
+            click.option(
+                "--hold-down",
+                type=Duration(least=60),
+                default="24h",
+                show_default=True,
+                help="How long nftables mode must have been confirmed, without a gap.",
+            ),
+            click.option(
+                "--max-gap",
+                type=Duration(least=10),
+                default="2m",
+                show_default=True,
+                help="Longest time without a sample that is not a gap (a gap over 1.5x this "
+                "always counts).",
+            ),
+            click.option(
+                "--freshness",
+                type=Duration(least=10),
+                default="2m",
+                show_default=True,
+                help="How recent a node's latest sample must be.",
+            ),
+            click.option(
+                "--ignore-alerts",
+                default=None,
+                help="Regular expression of alert names that do not pause (e.g. "
+                "'Watchdog|InfoInhibitor').",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="One JSON document."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.group()
+def fleet() -> None:
+    """Migrate a fleet from what Prometheus sees: status, then step by step.
+
+    Exit codes (docs/exit-codes.md): 0 done, 3 paused or halted (firing alerts, a failed Job
+    not acknowledged, a node not clean after its Job, the Lease held elsewhere: nothing
+    created), 4 refused (Prometheus or the API unusable, an ambiguous scope, a node the API
+    server does not know, two actors, admission: nothing created)."""
+
+
+def _prometheus(kw: dict[str, Any]) -> Any:
+    from agent.fleet.prom import PromError, Prometheus
+
+    try:
+        return Prometheus(
+            kw["prometheus_url"],
+            kw["bearer_token_file"],
+            kw["ca_file"],
+            kw["prometheus_timeout"],
+        )
+    except PromError as exc:
+        raise click.BadParameter(str(exc), param_hint="--prometheus-url") from None
+
+
+@fleet.command()
+@prometheus_options
+def status(**kw: Any) -> None:
+    """Each node of the cluster, eligible or the first check it fails."""
+    from agent import exitcodes
+    from agent.fleet.eligibility import Params, evaluate
+    from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
+
+    prom = _prometheus(kw)
+    at = time.time()
+    params = Params(kw["hold_down"], kw["max_gap"], kw["freshness"])
+    try:
+        reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap)
+        alerts = firing_alerts(prom, reading.cluster, kw["ignore_alerts"])
+    except Refusal as exc:
+        common.fail(f"fleet status refused: {exc}", exc.code)
+    verdicts = [evaluate(d, params, at) for d in reading.nodes.values()]
+    eligible = [v for v in verdicts if v.eligible]
+    clean = [v for v in verdicts if v.clean]
+    if kw["as_json"]:
+        doc = {
+            "cluster": reading.cluster,
+            "time": at,
+            "nodes": [
+                {"node": v.node, "eligible": v.eligible, "check": v.check, "why": v.why}
+                for v in verdicts
+            ],
+            "firing_alerts": [describe_alert(a) for a in alerts],
+        }
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        width = max((len(v.node) for v in verdicts), default=4)
+        for v in verdicts:
+            state = "eligible" if v.eligible else ("clean" if v.clean else "waiting")
+            detail = "" if v.eligible else f"  {v.check}: {v.why}"
+            click.echo(f"{v.node:<{width}}  {state:<8}{detail}")
+        scope = f"cluster {reading.cluster!r}" if reading.cluster else "the fleet"
+        click.echo(
+            f"{scope}: {len(verdicts)} nodes, {len(eligible)} eligible, {len(clean)} clean, "
+            f"{len(verdicts) - len(eligible) - len(clean)} waiting"
+        )
+    if alerts:
+        names = ", ".join(sorted({describe_alert(a) for a in alerts}))
+        common.fail(f"paused: {len(alerts)} alert(s) firing: {names}", exitcodes.REFUSED)
+
+
+@fleet.command()
+@prometheus_options
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Default: $KUBECONFIG, ~/.kube/config, or in-cluster.",
+)
+@click.option("--context", default=None, help="The kubeconfig context.")
+@click.option(
+    "--namespace", default=None, help="The agent's namespace (default: wherever its DaemonSet is)."
+)
+@click.option(
+    "--lease",
+    default="ipvs-leftovers-fleet",
+    show_default=True,
+    help="The Lease that keeps two steps apart; also labels the Jobs.",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(min=1, max=1000),
+    default=10,
+    show_default=True,
+    help="The largest wave (waves grow 1, 2, 4 ... up to it).",
+)
+@click.option(
+    "--max-per-zone",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="At most this many nodes of one topology.kubernetes.io/zone in a wave (0: no limit).",
+)
+@click.option(
+    "--ack",
+    multiple=True,
+    metavar="NODE",
+    help="Acknowledge the failed Job of NODE (repeatable): the halt ends, the node "
+    "is not retried by fleet step.",
+)
+@click.option(
+    "--apply",
+    "apply_",
+    is_flag=True,
+    help="Create the wave's Jobs. Without: print what the step would do.",
+)
+def step(**kw: Any) -> None:
+    """One step: bake the last wave, then create the next one (docs/operations.md)."""
+    from agent.fleet import kube
+    from agent.fleet.eligibility import Params
+    from agent.fleet.status import Refusal
+    from agent.fleet.step import Options
+    from agent.fleet.step import step as run_step
+
+    prom = _prometheus(kw)
+    options = Options(
+        params=Params(kw["hold_down"], kw["max_gap"], kw["freshness"]),
+        cluster=kw["cluster"],
+        ignore_alerts=kw["ignore_alerts"],
+        namespace=kw["namespace"],
+        lease=kw["lease"],
+        max_concurrent=kw["max_concurrent"],
+        max_per_zone=kw["max_per_zone"],
+        ack=tuple(kw["ack"]),
+        apply=kw["apply_"],
+    )
+    try:
+        api = kube.api_client(kw["kubeconfig"], kw["context"])
+        outcome = run_step(prom, api, options, time.time())
+    except kube.KubeError as exc:
+        common.fail(f"fleet step refused: {exc}", 4)
+    except Refusal as exc:
+        what = "refused" if exc.code == 4 else "stopped"
+        common.fail(f"fleet step {what}: {exc}", exc.code)
+    if kw["as_json"]:
+        doc = {
+            "wave": outcome.wave,
+            "created": outcome.created,
+            "lines": outcome.lines,
+            "api_calls": outcome.api_calls,
+            "prometheus_queries": prom.calls,
+        }
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in outcome.lines:
+            click.echo(line)

@@ -1,0 +1,170 @@
+"""Prometheus with history: series written as OpenMetrics, turned into TSDB blocks by
+`promtool tsdb create-blocks-from openmetrics` (Prometheus' own backfill), then the real
+Prometheus (Debian's, as the Prometheus tier runs it) started on those blocks on a free port
+of 127.0.0.1, with the shipped rules (every `for:` set to 0s, so alerts follow the data at
+once). Nothing scrapes: every sample is the test's.
+
+A node's history is a function of time giving its series' values (None: no sample then).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.prometheus.fleet import PROMETHEUS, rules_file
+
+PROMTOOL = PROMETHEUS.with_name("promtool")
+JOB = "ipvs-leftovers"
+# what the agent's target exports, as the history gives it
+SERIES = (
+    "up",
+    "ipvs_leftovers_nftables_mode_confirmed",
+    "ipvs_leftovers_stale",
+    "ipvs_leftovers_iptables_mode_chains",
+    "ipvs_leftovers_kube_ipvs0_present",
+    "ipvs_leftovers_foreign_references",
+    "ipvs_leftovers_source_up",
+    "ipvs_leftovers_kube_proxy_healthy",
+)
+Sample = dict[str, float | None]  # series name -> value at one time (None or missing: none)
+
+
+@dataclass
+class NodeHistory:
+    cluster: str
+    node: str
+    at: Callable[[float], Sample | None]  # None: the target did not exist then
+    instance: str = ""  # default NODE.CLUSTER:9437; a live target's, to continue its series
+
+
+def steady(**values: float) -> Sample:
+    """A healthy, confirmed nftables node with leftovers, changed by `values`."""
+    base: Sample = {
+        "up": 1,
+        "ipvs_leftovers_nftables_mode_confirmed": 1,
+        "ipvs_leftovers_stale": 1,
+        "ipvs_leftovers_iptables_mode_chains": 0,
+        "ipvs_leftovers_kube_ipvs0_present": 1,
+        "ipvs_leftovers_foreign_references": 0,
+        "ipvs_leftovers_source_up": 1,
+        "ipvs_leftovers_kube_proxy_healthy": 1,
+    }
+    base.update(values)
+    return base
+
+
+def openmetrics(nodes: list[NodeHistory], start: float, end: float, step: float) -> str:
+    times = [start + i * step for i in range(int((end - start) // step) + 1)]
+    samples = {n.node + "\0" + n.cluster: [(t, n.at(t)) for t in times] for n in nodes}
+    lines = []
+    for name in SERIES:
+        lines.append(f"# TYPE {name} gauge")
+        for n in nodes:
+            instance = n.instance or f"{n.node}.{n.cluster}:9437"
+            labels = f'job="{JOB}",cluster="{n.cluster}",node="{n.node}",instance="{instance}"'
+            for t, sample in samples[n.node + "\0" + n.cluster]:
+                value = None if sample is None else sample.get(name)
+                if value is not None:
+                    lines.append(f"{name}{{{labels}}} {value:g} {t:.3f}")
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class HistoryPrometheus:
+    url: str
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    def api(self, path: str) -> object:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=20) as r:
+            return json.loads(r.read())["data"]
+
+    def firing(self) -> set[tuple[str, str]]:
+        alerts = self.api("/api/v1/alerts")["alerts"]  # type: ignore[index]
+        return {
+            (a["labels"]["alertname"], a["labels"].get("node", ""))
+            for a in alerts
+            if a["state"] == "firing"
+        }
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def backfill(text: str | Path, workdir: Path) -> Path:
+    """`text` OpenMetrics, or a file holding it; the TSDB folder."""
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, Path):
+        src = text
+    else:
+        src = workdir / "history.om"
+        src.write_text(text)
+    p = subprocess.run(
+        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return data
+
+
+@contextmanager
+def history_prometheus(
+    text: str | Path, workdir: Path, rule_for: str = "0s", lifetime: float = 900
+) -> Iterator[HistoryPrometheus]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = backfill(text, workdir)
+    rules = rules_file(workdir / "ipvs-leftovers.rules.yaml", rule_for)
+    config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(rules)]}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        ["timeout", "-s", "TERM", f"{lifetime:g}", str(PROMETHEUS)]
+        + [f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={data}"]
+        + ["--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}"]
+        + ["--log.level=warn"],
+        stdout=log,
+        stderr=log,
+    )
+    prom = HistoryPrometheus(f"http://127.0.0.1:{port}", proc, workdir)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError((workdir / "prometheus.log").read_text()[-3000:])
+            try:
+                prom.api("/api/v1/status/runtimeinfo")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        yield prom
+    finally:
+        prom.stop()

@@ -1,0 +1,201 @@
+"""`fleet step`'s refusals against the real kube-apiserver (and etcd) and the real Prometheus
+on backfilled history: each is one line with its exit code, and creates no Job. The waves
+themselves, with the Job controller and lab nodes, are in test_fleet_step.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import AGENT, REPO
+from tests.control_plane import ControlPlane
+from tests.prometheus.history import (
+    HistoryPrometheus,
+    NodeHistory,
+    history_prometheus,
+    openmetrics,
+    steady,
+)
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.upstream]
+NS = "ipvs-leftovers"
+NOW = float(int(time.time()))
+NODES = ["a1", "a2", "a3"]
+ARGS = ["--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m", "--ignore-alerts", ".*"]
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ControlPlane, HistoryPrometheus]]:
+    work = tmp_path_factory.mktemp("fleet-refusals")
+    history = openmetrics(
+        [NodeHistory("lab", n, lambda t: steady()) for n in NODES]
+        + [NodeHistory("elsewhere", "b1", lambda t: steady())],
+        NOW - 70 * 60,
+        NOW + 10 * 60,
+        30.0,
+    )
+    with ControlPlane(work / "cp") as cp, history_prometheus(history, work / "prom") as prom:
+        cp.kubectl("apply", "-k", str(REPO / "daemonset" / "setup"))
+        rendered = cp.kubectl("kustomize", str(REPO / "daemonset"))
+        docs = [d for d in yaml.safe_load_all(rendered)
+                if d and d["kind"] in ("ServiceAccount", "ResourceQuota", "DaemonSet")]  # fmt: skip
+        cp.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(d) for d in docs))
+        for n in NODES:
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}
+            cp.kubectl("apply", "-f", "-", stdin=json.dumps(node))
+        yield cp, prom
+
+
+def step(world: Any, *args: str, kubeconfig: Path | None = None) -> tuple[int, str, str]:
+    cp, prom = world
+    r = subprocess.run(
+        [AGENT, "fleet", "step", "--prometheus-url", prom.url, *ARGS,
+         "--kubeconfig", str(kubeconfig or cp.admin_kubeconfig), *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return r.returncode, r.stdout, r.stderr.strip()
+
+
+def jobs(cp: ControlPlane) -> list[str]:
+    doc = json.loads(cp.kubectl("-n", NS, "get", "jobs", "-o", "json"))
+    return [j["metadata"]["name"] for j in doc["items"]]
+
+
+def test_a_node_prometheus_knows_and_the_api_server_does_not_is_refused(world: Any) -> None:
+    code, out, err = step(world, "--apply")  # no --cluster: two clusters
+    assert (code, out) == (4, "")
+    assert "Prometheus holds 2 clusters ('elsewhere', 'lab'): give --cluster" in err
+    code, _, err = step(world, "--apply", "--cluster", "elsewhere")
+    assert code == 4
+    assert err == (
+        "ipvs-leftovers: fleet step refused: Prometheus knows node(s) the API server does not: "
+        "b1 (another cluster's? give --cluster)"
+    )
+    assert jobs(world[0]) == []
+
+
+def test_a_user_without_rights_is_refused_403(world: Any, tmp_path: Path) -> None:
+    cp, _ = world
+    nobody = tmp_path / "nobody.kubeconfig"
+    nobody.write_text(cp.kubeconfig("nobody", []))
+    code, _, err = step(world, "--apply", "--cluster", "lab", kubeconfig=nobody)
+    assert code == 4 and "HTTP 403 Forbidden" in err and len(err.splitlines()) == 1
+    assert jobs(cp) == []
+
+
+def test_a_job_refused_by_admission_creates_nothing(world: Any) -> None:
+    """A ValidatingAdmissionPolicy denies every Job: the dryRun=All create is refused by
+    admission, and no Job is made."""
+    cp, _ = world
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "no-jobs"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["batch"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["jobs"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "false", "message": "cleanup Jobs are frozen here"}],
+        },
+    }
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "no-jobs"},
+               "spec": {"policyName": "no-jobs", "validationActions": ["Deny"]}}  # fmt: skip
+    cp.kubectl("apply", "-f", "-", stdin=json.dumps(policy) + "\n---\n" + json.dumps(binding))
+    try:
+        deadline = time.monotonic() + 60
+        probe = ["-n", NS, "create", "job", "probe", "--image=x", "--dry-run=server"]
+        while cp.kubectl_run(*probe, check=False).returncode == 0:  # the policy is loaded
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        code, _, err = step(world, "--apply", "--cluster", "lab")
+        assert code == 4, err
+        assert "admission of the Job for a1 (dryRun=All): HTTP " in err
+        assert "cleanup Jobs are frozen here" in err and len(err.splitlines()) == 1
+        assert jobs(cp) == []
+    finally:
+        cp.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                   "no-jobs")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while cp.kubectl_run(*probe, check=False).returncode != 0:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+
+
+def test_the_lease_held_by_another_stops_with_exit_3(world: Any) -> None:
+    cp, _ = world
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "ipvs-leftovers-fleet", "namespace": NS},
+             "spec": {"holderIdentity": "another-step", "leaseDurationSeconds": 600,
+                      "renewTime": now, "acquireTime": now}}  # fmt: skip
+    cp.kubectl("apply", "-f", "-", stdin=json.dumps(lease))
+    try:
+        code, _, err = step(world, "--apply", "--cluster", "lab")
+        assert code == 3
+        assert err.startswith(
+            "ipvs-leftovers: fleet step stopped: Lease ipvs-leftovers/ipvs-leftovers-fleet is "
+            "held by another-step until "
+        )
+        assert jobs(cp) == []
+    finally:
+        cp.kubectl("-n", NS, "delete", "lease", "ipvs-leftovers-fleet")
+
+
+def test_the_first_wave_is_one_job_created_after_its_dry_run(world: Any) -> None:
+    cp, _ = world
+    code, out, err = step(world, "--cluster", "lab", "--json")  # plan only
+    assert code == 0, err
+    assert json.loads(out)["lines"] == ["would create wave 1: a1"] and jobs(cp) == []
+    code, out, err = step(world, "--apply", "--cluster", "lab", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["wave"], doc["created"]) == (1, ["a1"])
+    assert jobs(cp) == ["ipvs-leftovers-cleanup-a1"]
+    print(f"\nfirst wave: {doc['api_calls']} API calls, {doc['prometheus_queries']} queries")
+    job = json.loads(cp.kubectl("-n", NS, "get", "job", "ipvs-leftovers-cleanup-a1", "-o", "json"))
+    assert job["metadata"]["labels"]["ipvs-leftovers.io/fleet"] == "ipvs-leftovers-fleet"
+    assert job["metadata"]["annotations"]["ipvs-leftovers.io/wave"] == "1"
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    ds = json.loads(cp.kubectl("-n", NS, "get", "ds", "ipvs-leftovers", "-o", "json"))
+    assert image == ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    lease = json.loads(cp.kubectl("-n", NS, "get", "lease", "ipvs-leftovers-fleet", "-o", "json"))
+    assert lease["metadata"]["annotations"]["ipvs-leftovers.io/next-wave-size"] == "2"
+    assert lease["spec"].get("holderIdentity") is None  # released
+    # the Job has not finished (no Job controller here): the next step waits, creates nothing
+    code, out, err = step(world, "--apply", "--cluster", "lab", "--json")
+    assert code == 0, err
+    assert json.loads(out)["lines"] == ["wave 1: 1 Job(s) still running (a1)"]
+    assert jobs(cp) == ["ipvs-leftovers-cleanup-a1"]
+
+
+def test_a_daemonset_running_auto_cleanup_is_refused(world: Any) -> None:
+    cp, _ = world
+    patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+              "value": "--auto-cleanup"}]  # fmt: skip
+    cp.kubectl("-n", NS, "patch", "ds", "ipvs-leftovers", "--type=json", "-p", json.dumps(patch))
+    before = jobs(cp)
+    code, _, err = step(world, "--apply", "--cluster", "lab")
+    assert code == 4
+    assert err == (
+        "ipvs-leftovers: fleet step refused: DaemonSet ipvs-leftovers/ipvs-leftovers runs "
+        "--auto-cleanup: two actors would clean one fleet (turn one off)"
+    )
+    assert jobs(cp) == before
