@@ -126,11 +126,80 @@ def one(name: str, agent: str, node: Node, n: int, backend: str, out: Path) -> d
     return row
 
 
+def _at(lines: list[str], word: str, last: bool = False) -> float | None:
+    """The arrival second of the first (or last) restore line holding `word`."""
+    hits = [float(x.split()[0]) for x in lines if word in x]
+    return (hits[-1] if last else hits[0]) if hits else None
+
+
+def steps(row: dict) -> dict[str, float]:
+    """restore's steps in seconds, from its lines' arrival times: `start` (interpreter, bundle
+    check, reads) until the sets step began, then each step. The new restore says how long its
+    set and IPVS loads took; the old one says only that a step ended, so its `start` holds its
+    set load."""
+    lines = row.get("restore_out", [])
+    out: dict[str, float] = {}
+    sets, link = _at(lines, "ipsets"), _at(lines, "kube-ipvs0")
+    ipt, ipvs = _at(lines, "restored iptables", last=True), _at(lines, "IPVS virtual servers")
+    took = {
+        w: float(x.split(" in ")[1].rstrip("s"))
+        for x in lines
+        for w in ("ipsets", "IPVS")
+        if w in x and " in " in x and x.split(" in ")[1].rstrip("s").replace(".", "").isdigit()
+    }
+    if sets is not None:
+        out["start"] = sets - took.get("ipsets", 0.0)
+        if "ipsets" in took:
+            out["ipset"] = took["ipsets"]
+    if sets is not None and link is not None:
+        out["link"] = link - sets
+    if link is not None and ipt is not None:
+        out["iptables"] = ipt - link
+    if ipvs is not None and ipt is not None:
+        out["ipvs"] = ipvs - ipt  # the new one's read of the virtual servers present too
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def table(rows: list[dict]) -> str:
+    """The README's restore table, from restore-sizes.json."""
+    head = (
+        "| Services | iptables | agent | cleanup --apply | restore | exact | restore's steps: "
+        "start / ipset / kube-ipvs0 / iptables / IPVS (s) | tools from scratch: ipset / "
+        "iptables / ip -batch / ipvsadm -R (s) |\n|---|---|---|---|---|---|---|---|\n"
+    )
+    body = []
+    built: dict[tuple[int, str], dict] = {}
+    for r in rows:
+        if "build_steps" in r:
+            built[(r["services"], r["backend"])] = r["build_steps"]
+    for r in rows:
+        st = steps(r)
+        step_text = " / ".join(
+            f"{st[k]:g}" if k in st else "-" for k in ("start", "ipset", "link", "iptables", "ipvs")
+        )
+        b = built.get((r["services"], r["backend"]), {})
+        tools_text = " / ".join(
+            f"{b[k]:g}" if k in b else "-" for k in ("ipset", "iptables", "ip-batch", "ipvsadm")
+        )
+        restore = (
+            f"exit {r['restore_rc']}, {r['restore_s']:.1f} s" if "restore_rc" in r else "not run"
+        )
+        if r.get("restore_rc"):
+            restore += f": {' '.join(r['restore_err'])[:120]}"
+        left = r.get("left_after_restore") or r.get("left_after_cleanup")
+        exact = "yes" if r.get("exact") else f"no, left {left}" if left else "no"
+        body.append(
+            f"| {r['services']:,} | {r['backend']} | {r['agent']} | exit {r['cleanup_rc']}, "
+            f"{r['cleanup_s']:.1f} s | {restore} | {exact} | {step_text} | {tools_text} |"
+        )
+    return head + "\n".join(body) + "\n"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--render-dir", type=Path)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--agent", action="append", required=True, help="NAME=PATH")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--agent", action="append", default=[], help="NAME=PATH")
     ap.add_argument("--backends", default="nft,legacy")
     ap.add_argument(
         "--cases", help="N:BACKEND,... in this order (instead of every size x --backends)"
@@ -139,7 +208,11 @@ def main(argv: list[str]) -> int:
         "--expect-fail", default="", help="agent names whose failure is recorded, not fatal"
     )
     ap.add_argument("sizes", nargs="*", type=int)
+    ap.add_argument("--table", type=Path, help="print the README table of a restore-sizes.json")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())), end="")
+        return 0
     if args.cases:
         cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases.split(",")]
     else:
