@@ -106,13 +106,19 @@ def one(name: str, agent: str, node: Node, n: int, backend: str, out: Path) -> d
     row.update(
         cleanup_s=round(t, 2),
         cleanup_rc=rc,
-        cleanup_out=[x for x in lines if "changes:" in x or "backup:" in x or "after:" in x],
-        cleanup_err=err[-1:],
+        cleanup_out=[x for x in lines if "changes:" in x or "backup:" in x or "after:" in x]
+        if rc == 0
+        else lines[-12:],
+        cleanup_err=err[-3:],
     )
     row["exact"] = False
-    bundles = [b for b in (work / "b").iterdir() if not b.name.startswith(".")]
+    folder = work / "b"
+    bundles = [b for b in folder.iterdir() if b.name[0] != "."] if folder.is_dir() else []
     if rc != 0 or not bundles:
-        row["left_after_cleanup"] = summary(dump(ns, ipvs=True))
+        after = dump(ns, ipvs=True)
+        # refused before its first change: the node is still the built one, reused
+        row["exact"] = row["unchanged_after_cleanup"] = after == node.before
+        row["left_after_cleanup"] = summary(after)
         return row
     row["bundle_mb"] = round(sum(f.stat().st_size for f in bundles[0].iterdir()) / 1e6, 2)
     # an agent named old* predates restore's --lock-file (it took no lock)
