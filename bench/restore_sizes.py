@@ -228,35 +228,44 @@ def main(argv: list[str]) -> int:
         print(table(json.loads(args.table.read_text())), end="")
         return 0
     if args.cases:
-        cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases.split(",")]
+        # N:BACKEND[:K], K the Services of kube-proxy's own table (--nft-table-services)
+        cases = [
+            (
+                int(c.split(":")[0]),
+                c.split(":")[1],
+                int(c.split(":")[2]) if c.count(":") > 1 else None,
+            )
+            for c in args.cases.split(",")
+        ]
     else:
-        cases = [(n, b) for n in args.sizes for b in args.backends.split(",")]
+        k = args.nft_table_services
+        cases = [(n, b, k) for n in args.sizes for b in args.backends.split(",")]
     expect_fail = set(filter(None, args.expect_fail.split(",")))
     subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr", "dummy"], check=True)
     rows = []
     failed = 0
-    texts_for: dict[int, dict[str, str]] = {}
-    for n, backend in cases:
-        if n not in texts_for:
+    texts_for: dict[tuple[int, int | None], dict[str, str]] = {}
+    for n, backend, k in cases:
+        if (n, k) not in texts_for:
             texts_for.clear()
-            texts_for[n] = fastbuild.load(args.render_dir, n)
-            if args.nft_table_services is not None:
+            texts_for[(n, k)] = fastbuild.load(args.render_dir, n)
+            if k is not None:
                 # kube-proxy's own nftables table of K Services instead of N: cleanup reads
                 # only which nftables tables exist and restore never touches them, and at
                 # 20,000 its build (super-linear in the kernel) is most of the run (memprobe)
-                small = fastbuild.load(None, args.nft_table_services)
-                texts_for[n].update({f"nft-{i}": small[f"nft-{i}"] for i in range(4)})
+                small = fastbuild.load(None, k)
+                texts_for[(n, k)].update({f"nft-{i}": small[f"nft-{i}"] for i in range(4)})
         node = None
         for spec in args.agent:
             name, _, path = spec.partition("=")
             if node is None:
-                node = Node(n, backend, texts_for[n], args.out)
+                node = Node(n, backend, texts_for[(n, k)], args.out)
                 steps = {k: round(v, 1) for k, v in node.build_steps.items()}
                 built = {"build_s": node.build_s, "build_steps": steps}
             else:
                 built = {"build_s": 0, "reused_node": True}
             row = {**one(name, path, node, n, backend, args.out), **built}
-            row["nft_table_services"] = args.nft_table_services or n
+            row["nft_table_services"] = k or n
             rows.append(row)
             ok = row.get("cleanup_rc") == 0 and row.get("restore_rc") == 0 and row["exact"]
             failed += not ok and name not in expect_fail
