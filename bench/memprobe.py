@@ -38,7 +38,9 @@ def main() -> int:
             s = suite.warm_scrape(ns, 3, out, n)
             rss = out / "audit.rss"
             cmd = suite.with_peak_rss(rss, agent, "audit", "--json")
-            subprocess.run(lab_build.in_ns(ns, *cmd), capture_output=True)
+            p = subprocess.run(lab_build.in_ns(ns, *cmd), capture_output=True, text=True)
+            if p.returncode != 1:  # a node with leftovers: audit exits 1, anything else fails
+                raise SystemExit(f"{label}: audit --json exited {p.returncode}: {p.stderr[-500:]}")
             results[label] = {
                 "serve_vmhwm_mib": round(s["serve_rss_mb"], 1),
                 "scrape_s": round(s["scrape_s"], 2),

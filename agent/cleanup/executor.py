@@ -155,17 +155,20 @@ def execute(
     step_delay: float = 0.0,
     tool_timeout: float = tools.DEFAULT_TIMEOUT,
 ) -> list[Outcome]:
-    """Run every step; a failed step is reported and the others still run. With a step
-    delay (a test hook) every step goes alone, so the window between steps is real."""
+    """Run the steps in order until one fails: the failed one is the last reported (the
+    caller undoes what ran before it). With a step delay (a test hook) every step goes alone,
+    so the window between steps is real."""
     outcomes: list[Outcome] = []
     for i, run in enumerate(_runs(steps, batch=not step_delay)):
         if i and step_delay:
             time.sleep(step_delay)
         try:
             done = _apply(run, tool_timeout)
-        except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others
+        except Exception as exc:  # noqa: BLE001 - reported as the step's outcome
             done = [Outcome(s, "failed", f"{type(exc).__name__}: {exc}") for s in run]
         for outcome in done:
             report(outcome)
             outcomes.append(outcome)
+        if any(o.result == "failed" for o in done):
+            break
     return outcomes

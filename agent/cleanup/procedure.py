@@ -3,7 +3,9 @@ serve's auto-cleanup.
 
 Order: plan -> lock -> gate -> backup -> gate, plan and content again (agent.cleanup.recheck)
 -> execute -> re-audit. Until the executor starts nothing has changed, and every refusal says
-so.
+so. If a step fails, the executor stops and what the steps before it removed is put back from
+the bundle (restore's all-or-nothing replay, under the lock already held): the cleanup is
+applied whole or not at all.
 """
 
 from __future__ import annotations
@@ -167,10 +169,37 @@ def _locked(
         time.sleep(settings.pause_before_execute)
     _recheck(collect(), settings, backed_up, bundle)
     started = time.monotonic()
-    outcomes = execute(
-        plan.steps, _reporter(say, settings), settings.step_delay, settings.tool_timeout
-    )
+    try:
+        outcomes = execute(
+            plan.steps, _reporter(say, settings), settings.step_delay, settings.tool_timeout
+        )
+    except KeyboardInterrupt:  # an operator's ^C between or inside steps
+        _undo(bundle, settings, say, "interrupted")
+        raise  # not reached: _undo raises
+    failed = next((o for o in outcomes if o.result == "failed"), None)
+    if failed is not None:
+        _undo(bundle, settings, say, f"{failed.step.action} {failed.step.target}: {failed.detail}")
     return bundle, outcomes, time.monotonic() - started
+
+
+def _undo(bundle: Path, settings: Settings, say: Callable[[str], None], why: str) -> None:
+    """A step failed (a tool slow past its stall limit, the xtables lock held, a kernel
+    refusal) after others changed the node: put back, from the bundle just written and checked
+    against the node, what the cleanup removed, so that it is all or nothing. Always raises."""
+    from agent.cleanup import restore
+
+    say(f"failed: {why}; putting back what this cleanup removed, from {bundle}")
+    try:
+        n = restore.undo_cleanup(bundle, say, settings.tool_timeout)
+    except Exception as exc:  # noqa: BLE001 - said as it is, with what to run
+        raise CleanupError(
+            f"{why}; putting back what was removed failed too ({exc}): the node is "
+            f"part-cleaned; run: ipvs-leftovers restore {bundle}"
+        ) from exc
+    raise CleanupError(
+        f"{why}; every change was undone ({n} objects put back from {bundle}): the node is as "
+        "it was before cleanup"
+    )
 
 
 def apply(

@@ -424,20 +424,33 @@ def restore(
         with lock.exclusive(lock_file) as held:
             if not held:
                 raise Busy(f"another cleanup or restore holds {lock_file}; nothing was changed")
-            undo = _Undo()
-            try:
-                return _apply(plan, undo, timeout, say)
-            except (Exception, KeyboardInterrupt) as exc:  # an operator's ^C or SIGTERM too
-                if not undo.steps:
-                    raise RestoreFailed(f"{exc}; nothing was changed") from exc
-                say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")
-                left = undo.run()
-                if left:
-                    raise RestoreFailed(
-                        f"{exc}; could not undo: {'; '.join(left)}; the node is part-restored"
-                    ) from exc
-                raise RestoreFailed(
-                    f"{exc}; every change was undone: the node is as it was before restore"
-                ) from exc
+            return _all_or_nothing(plan, timeout, say)
     except lock.LockError as exc:
         raise RestoreFailed(f"{exc}; nothing was changed") from exc
+
+
+def _all_or_nothing(plan: RestorePlan, timeout: float, say: Say) -> int:
+    undo = _Undo()
+    try:
+        return _apply(plan, undo, timeout, say)
+    except (Exception, KeyboardInterrupt) as exc:  # an operator's ^C or SIGTERM too
+        if not undo.steps:
+            raise RestoreFailed(f"{exc}; nothing was changed") from exc
+        say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")
+        left = undo.run()
+        if left:
+            raise RestoreFailed(
+                f"{exc}; could not undo: {'; '.join(left)}; the node is part-restored"
+            ) from exc
+        raise RestoreFailed(
+            f"{exc}; every change was undone: the node is as it was before restore"
+        ) from exc
+
+
+def undo_cleanup(folder: Path, say: Say, timeout: float = tools.DEFAULT_TIMEOUT) -> int:
+    """For a cleanup that failed part-way, under the lock it already holds: put back from the
+    bundle it wrote just before its first change what is missing of it (what the cleanup
+    removed), all of it or nothing. The number of objects re-created; BundleError or
+    RestoreFailed if it could not."""
+    plan = restore_check.check(bundle.open_verified(folder))
+    return _all_or_nothing(plan, timeout, say)

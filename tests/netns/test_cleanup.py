@@ -411,6 +411,36 @@ def test_a_tool_past_its_timeout_refuses_before_any_change(
         assert dump(ns) == before
 
 
+@pytest.mark.parametrize("how", ["killed", "stalled"])
+def test_a_tool_failing_after_the_first_change_leaves_the_node_as_before_cleanup(
+    netns: Callable[[], str], tmp_path: Path, how: str
+) -> None:
+    """The second iptables-restore of the cleanup (one table already changed)
+    is killed, or stops taking its input; the cleanup stops there, puts back what it removed
+    from its own bundle, says so, exit 4, and the node is exactly as before the cleanup."""
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    calls = tmp_path / "calls"
+    second = "kill -9 $$" if how == "killed" else "exec sleep 30"
+    for tool in ("iptables-nft-restore", "ip6tables-nft-restore"):
+        real = shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin")
+        (wrap / tool).write_text(
+            f"#!/bin/sh\necho {tool} >> {calls}\n"
+            f'if [ "$(wc -l < {calls})" -eq 2 ]; then {second}; fi\nexec {real} "$@"\n'
+        )
+        (wrap / tool).chmod(0o755)
+    with node(netns, tmp_path, state=CONFIRMED) as (ns, _):
+        before = dump(ns)
+        r = apply(ns, tmp_path, "--tool-timeout", "2", env={"PATH": f"{wrap}:{os.environ['PATH']}"})
+        assert r.rc == 4, r
+        assert dump(ns) == before
+        assert calls.read_text().count("\n") >= 3, calls.read_text()  # undo re-ran the tool
+        done = [x for x in r.stdout.splitlines() if x.startswith("done   iptables-table")]
+        assert len(done) == 1, r.stdout  # one table was changed before the failure
+        assert "every change was undone" in r.stderr, r.stderr
+        assert "the node is as it was before cleanup" in r.stderr, r.stderr
+
+
 def test_tool_timeout_out_of_range_is_a_usage_error(netns: Callable[[], str]) -> None:
     r = run_agent(netns(), "cleanup", "--tool-timeout", "0")
     assert r.rc == 2

@@ -118,6 +118,47 @@ def test_a_tool_killed_mid_restore_leaves_the_node_as_before_restore(
         assert dump(ns, ipvs=True) == before
 
 
+def test_the_xtables_lock_held_after_ipvs_was_flushed_leaves_the_node_as_before_cleanup(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """Another program holds the xtables lock past iptables-restore's wait
+    (`-w 30`) when the cleanup reaches iptables, after it deleted every leftover virtual
+    server. The cleanup stops, puts the virtual servers back from its bundle, says so, exit 4:
+    the node is exactly as before the cleanup, never half-applied."""
+    import time
+
+    ns = netns()
+    build.build(
+        ns, realistic_node(backend="legacy", with_ipvs=True, third_party=True, nftables_table=True)
+    )
+    with start_fake_kube_proxy(ns, {"mode": "nftables", "families": ["IPv4"]}, tmp_path / "k"):
+        before = dump(ns, ipvs=True)
+        xtables_lock = tmp_path / "xtables.lock"
+        holder = subprocess.Popen(["flock", str(xtables_lock), "sleep", "300"])
+        try:
+            while subprocess.run(["flock", "-n", str(xtables_lock), "true"]).returncode == 0:
+                time.sleep(0.05)  # until the holder has it
+            r = run_agent(
+                ns,
+                "cleanup",
+                "--apply",
+                "--backup-dir",
+                str(tmp_path / "b"),
+                "--lock-file",
+                str(tmp_path / "l"),
+                env={"XTABLES_LOCKFILE": str(xtables_lock)},
+            )
+        finally:
+            holder.kill()
+            holder.wait()
+        assert r.rc == 4, r
+        assert dump(ns, ipvs=True) == before
+        assert "done   delete-ipvs-service" in r.stdout, r.stdout  # IPVS went first
+        assert "failed iptables-table legacy/" in r.stdout, r.stdout
+        assert "xtables lock" in r.stdout, r.stdout
+        assert "the node is as it was before cleanup" in r.stderr, r.stderr
+
+
 # --- the re-check sees every change ----------------------------------------------------
 
 
