@@ -461,8 +461,16 @@ def test_job_manifest_jobs_apply_and_the_job_controller_makes_their_pod(
     cp: ControlPlane, crds: Path, setup_applied: dict[str, Any], base_rendered: str, apply: bool
 ) -> None:
     cp.kubectl("apply", "--server-side", "-f", "-", stdin=base_rendered)  # the SA and quota
-    args = [AGENT, "job-manifest", "--node", NODE] + (["--apply"] if apply else [])
+    # image and namespace from the running DaemonSet, read through the API as an operator would
+    args = [AGENT, "job-manifest", "--node", NODE, "--namespace", "ipvs-leftovers"]
+    args += ["--kubeconfig", str(cp.admin_kubeconfig)] + (["--apply"] if apply else [])
     manifest = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True).stdout
+    ds = get(cp, "daemonset", "-n", "ipvs-leftovers", "-l", "app.kubernetes.io/name=ipvs-leftovers")
+    [ds_image] = {
+        c["image"] for d in ds["items"] for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    job_doc = yaml.safe_load(manifest)
+    assert [c["image"] for c in job_doc["spec"]["template"]["spec"]["containers"]] == [ds_image]
     name = f"ipvs-leftovers-{'cleanup' if apply else 'plan'}-{NODE}"
     out = cp.kubectl("apply", "--server-side", "-f", "-", stdin=manifest)
     assert applied_lines(out) == {f"job.batch/{name} serverside-applied"}
@@ -519,7 +527,8 @@ def test_the_daemonset_is_refused_in_a_baseline_namespace(
     assert admitted.strip() == "pod/from-template created (server dry run)"
     # the cleanup Job's Pod too
     manifest = subprocess.run(
-        [AGENT, "job-manifest", "--node", NODE, "--apply", "--namespace", "baseline"],
+        [AGENT, "job-manifest", "--node", NODE, "--apply", "--namespace", "baseline",
+         "--kubeconfig", str(cp.admin_kubeconfig)],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     job = yaml.safe_load(manifest)
