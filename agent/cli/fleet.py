@@ -19,68 +19,79 @@ from agent.cli.serve import Duration
 
 
 def prometheus_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(
-        [
-            click.option(
-                "--prometheus-url",
-                required=True,
-                help="The Prometheus HTTP API, e.g. http://prometheus-operated.monitoring:9090.",
-            ),
-            click.option(
-                "--bearer-token-file",
-                type=click.Path(dir_okay=False),
-                help="Sent as 'Authorization: Bearer', read on every request (tokens rotate).",
-            ),
-            click.option(
-                "--ca-file",
-                type=click.Path(exists=True, dir_okay=False),
-                help="CA bundle for an https Prometheus (default: the system's).",
-            ),
-            click.option(
-                "--prometheus-timeout",
-                type=Duration(least=1),
-                default="30s",
-                show_default=True,
-                help="Each query's deadline; past it the command refuses (exit 4).",
-            ),
-            click.option(
-                "--cluster",
-                default=None,
-                help="The `cluster` label value to act on; required when Prometheus holds several.",
-            ),
-            click.option(
-                "--hold-down",
-                type=Duration(least=60),
-                default="24h",
-                show_default=True,
-                help="How long nftables mode must have been confirmed, without a gap.",
-            ),
-            click.option(
-                "--max-gap",
-                type=Duration(least=10),
-                default="2m",
-                show_default=True,
-                help="Longest time without a sample that is not a gap (a gap over 1.5x this "
-                "always counts).",
-            ),
-            click.option(
-                "--freshness",
-                type=Duration(least=10),
-                default="2m",
-                show_default=True,
-                help="How recent a node's latest sample must be.",
-            ),
-            click.option(
-                "--ignore-alerts",
-                default=None,
-                help="Regular expression of alert names that do not pause (e.g. "
-                "'Watchdog|InfoInhibitor').",
-            ),
-            click.option("--json", "as_json", is_flag=True, help="One JSON document."),
-        ]
-    ):
+    """The options every fleet command shares, in the order --help lists them."""
+    for option in reversed(_prometheus_connection_options() + _reading_options()):
         f = option(f)
     return f
+
+
+def _prometheus_connection_options() -> list[Callable[..., Any]]:
+    """Where Prometheus is, how to reach it, and which cluster of its data to read."""
+    # built on each call: each command gets its own Option objects
+    return [
+        click.option(
+            "--prometheus-url",
+            required=True,
+            help="The Prometheus HTTP API, e.g. http://prometheus-operated.monitoring:9090.",
+        ),
+        click.option(
+            "--bearer-token-file",
+            type=click.Path(dir_okay=False),
+            help="Sent as 'Authorization: Bearer', read on every request (tokens rotate).",
+        ),
+        click.option(
+            "--ca-file",
+            type=click.Path(exists=True, dir_okay=False),
+            help="CA bundle for an https Prometheus (default: the system's).",
+        ),
+        click.option(
+            "--prometheus-timeout",
+            type=Duration(least=1),
+            default="30s",
+            show_default=True,
+            help="Each query's deadline; past it the command refuses (exit 4).",
+        ),
+        click.option(
+            "--cluster",
+            default=None,
+            help="The `cluster` label value to act on; required when Prometheus holds several.",
+        ),
+    ]
+
+
+def _reading_options() -> list[Callable[..., Any]]:
+    """How the samples are judged (hold-down, gaps, freshness, alerts) and how it is shown."""
+    return [
+        click.option(
+            "--hold-down",
+            type=Duration(least=60),
+            default="24h",
+            show_default=True,
+            help="How long nftables mode must have been confirmed, without a gap.",
+        ),
+        click.option(
+            "--max-gap",
+            type=Duration(least=10),
+            default="2m",
+            show_default=True,
+            help="Longest time without a sample that is not a gap (a gap over 1.5x this "
+            "always counts).",
+        ),
+        click.option(
+            "--freshness",
+            type=Duration(least=10),
+            default="2m",
+            show_default=True,
+            help="How recent a node's latest sample must be.",
+        ),
+        click.option(
+            "--ignore-alerts",
+            default=None,
+            help="Regular expression of alert names that do not pause (e.g. "
+            "'Watchdog|InfoInhibitor').",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="One JSON document."),
+    ]
 
 
 @click.group()

@@ -227,69 +227,12 @@ def _step(
     lease: dict[str, Any] | None,
 ) -> Outcome:
     reading = read_fleet(prom, now, o.cluster, o.params.hold_down, o.params.max_gap)
-    alerts = firing_alerts(prom, reading.cluster, o.ignore_alerts)
-    if alerts:
-        names = ", ".join(sorted({describe_alert(a) for a in alerts}))
-        raise Refusal(f"paused: {len(alerts)} alert(s) firing: {names}", PAUSED)
-    nodes = {
-        n["metadata"]["name"]: n
-        for n in k.serialize(k.call("listing Nodes", k.core.list_node)).get("items", [])
-    }
-    unknown = sorted(set(reading.nodes) - set(nodes))
-    if unknown:
-        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-        raise Refusal(
-            f"Prometheus knows node(s) the API server does not: {', '.join(unknown[:3])}{more} "
-            "(another cluster's? give --cluster)",
-            REFUSED,
-        )
-    jobs = k.serialize(
-        k.call(
-            f"listing the fleet's Jobs in {ns}",
-            k.batch.list_namespaced_job,
-            ns,
-            label_selector=f"{FLEET_LABEL}={o.lease}",
-        )
-    ).get("items", [])
-    by_node: dict[str, dict[str, Any]] = {}
-    waves = [0]
-    for job in jobs:
-        by_node[_node_of(job)] = job
-        with contextlib.suppress(ValueError):
-            waves.append(int((job["metadata"].get("annotations") or {}).get(WAVE_ANNOTATION, 0)))
-    wave = max(waves)
+    _pause_on_alerts(prom, reading.cluster, o)
+    nodes = _known_nodes(k, reading.nodes)
+    by_node, wave = _fleet_jobs(k, ns, o)
     # acknowledgements first: they are the operator's answer to an earlier halt
-    for node in o.ack:
-        job = by_node.get(node)
-        if job is None or _job_state(job)[0] != "failed":
-            raise Refusal(f"--ack {node}: no failed fleet Job for that node", REFUSED)
-        if o.apply:
-            patch = {"metadata": {"annotations": {ACK_ANNOTATION: "true"}}}
-            name = job["metadata"]["name"]
-            k.call(f"acknowledging Job {ns}/{name}", k.batch.patch_namespaced_job, name, ns, patch)
-            job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
-        lines.append(f"{node}: failed Job acknowledged; fleet step will not retry it")
-    running, failed, baking = [], [], []
-    for node, job in sorted(by_node.items()):
-        state, finished = _job_state(job)
-        acked = (job["metadata"].get("annotations") or {}).get(ACK_ANNOTATION) == "true"
-        if state == "running":
-            running.append(node)
-        elif state == "failed" and not acked:
-            failed.append(node)
-        elif state == "complete":
-            data = reading.nodes.get(node)
-            why = "not in Prometheus" if data is None else clean_after(data, finished or now)
-            if why == NO_SAMPLE_YET:
-                baking.append(node)  # not a verdict yet: wait for the next scrape
-            elif why:
-                raise Refusal(f"halted: {node}, cleaned in wave {_wave(job)}: {why}", PAUSED)
-    if failed:
-        raise Refusal(
-            f"halted: the cleanup Job failed on {', '.join(failed)} (read its log, then "
-            "--ack NODE)",
-            PAUSED,
-        )
+    _acknowledge(k, ns, o, by_node, lines)
+    running, baking = _unfinished(by_node, reading.nodes, now)
     if running or baking:
         if running:
             lines.append(f"wave {wave}: {len(running)} Job(s) still running ({', '.join(running)})")
@@ -305,16 +248,127 @@ def _step(
             _release(k, ns, o, lease, size)
         return Outcome(wave, [], lines, k.calls, reading.queries)
     wave += 1
+    bodies = _wave_jobs(chosen, image, ns, o, wave)
+    if not o.apply:
+        lines += [f"would create wave {wave}: {', '.join(chosen)}"]
+        return Outcome(wave, [], lines, k.calls, reading.queries)
+    if lease is None:
+        # step() takes the Lease whenever o.apply; creating a wave without holding it would let
+        # two steps create the same wave, so stop before any Job exists
+        raise RuntimeError(f"fleet step: about to create wave {wave} without Lease {ns}/{o.lease}")
+    created = _create(k, ns, bodies)
+    lines.append(f"wave {wave}: created {len(created)} Job(s): {', '.join(created)}")
+    _release(k, ns, o, lease, min(size * 2, o.max_concurrent))
+    return Outcome(wave, created, lines, k.calls, reading.queries)
+
+
+def _pause_on_alerts(prom: Prometheus, cluster: str | None, o: Options) -> None:
+    """PAUSED while an alert not ignored fires for the cluster."""
+    alerts = firing_alerts(prom, cluster, o.ignore_alerts)
+    if alerts:
+        names = ", ".join(sorted({describe_alert(a) for a in alerts}))
+        raise Refusal(f"paused: {len(alerts)} alert(s) firing: {names}", PAUSED)
+
+
+def _known_nodes(k: Kube, seen: dict[str, NodeData]) -> dict[str, dict[str, Any]]:
+    """The API server's Nodes by name; REFUSED when Prometheus sees a node it does not know."""
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in k.serialize(k.call("listing Nodes", k.core.list_node)).get("items", [])
+    }
+    unknown = sorted(set(seen) - set(nodes))
+    if unknown:
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise Refusal(
+            f"Prometheus knows node(s) the API server does not: {', '.join(unknown[:3])}{more} "
+            "(another cluster's? give --cluster)",
+            REFUSED,
+        )
+    return nodes
+
+
+def _fleet_jobs(k: Kube, ns: str, o: Options) -> tuple[dict[str, dict[str, Any]], int]:
+    """The fleet's Jobs by node, and the last wave they record (0 before the first)."""
+    jobs = k.serialize(
+        k.call(
+            f"listing the fleet's Jobs in {ns}",
+            k.batch.list_namespaced_job,
+            ns,
+            label_selector=f"{FLEET_LABEL}={o.lease}",
+        )
+    ).get("items", [])
+    by_node: dict[str, dict[str, Any]] = {}
+    waves = [0]
+    for job in jobs:
+        by_node[_node_of(job)] = job
+        with contextlib.suppress(ValueError):
+            waves.append(int((job["metadata"].get("annotations") or {}).get(WAVE_ANNOTATION, 0)))
+    return by_node, max(waves)
+
+
+def _acknowledge(
+    k: Kube, ns: str, o: Options, by_node: dict[str, dict[str, Any]], lines: list[str]
+) -> None:
+    """Mark each --ack node's failed Job acknowledged (annotated only with --apply)."""
+    for node in o.ack:
+        job = by_node.get(node)
+        if job is None or _job_state(job)[0] != "failed":
+            raise Refusal(f"--ack {node}: no failed fleet Job for that node", REFUSED)
+        if o.apply:
+            patch = {"metadata": {"annotations": {ACK_ANNOTATION: "true"}}}
+            name = job["metadata"]["name"]
+            k.call(f"acknowledging Job {ns}/{name}", k.batch.patch_namespaced_job, name, ns, patch)
+            job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
+        lines.append(f"{node}: failed Job acknowledged; fleet step will not retry it")
+
+
+def _unfinished(
+    by_node: dict[str, dict[str, Any]], seen: dict[str, NodeData], now: float
+) -> tuple[list[str], list[str]]:
+    """Nodes whose Job still runs, and nodes whose Job completed but have no sample since.
+    PAUSED (halted) on a failed Job not acknowledged, or a completed one that left the node
+    not clean."""
+    running, failed, baking = [], [], []
+    for node, job in sorted(by_node.items()):
+        state, finished = _job_state(job)
+        acked = (job["metadata"].get("annotations") or {}).get(ACK_ANNOTATION) == "true"
+        if state == "running":
+            running.append(node)
+        elif state == "failed" and not acked:
+            failed.append(node)
+        elif state == "complete":
+            data = seen.get(node)
+            why = "not in Prometheus" if data is None else clean_after(data, finished or now)
+            if why == NO_SAMPLE_YET:
+                baking.append(node)  # not a verdict yet: wait for the next scrape
+            elif why:
+                raise Refusal(f"halted: {node}, cleaned in wave {_wave(job)}: {why}", PAUSED)
+    if failed:
+        raise Refusal(
+            f"halted: the cleanup Job failed on {', '.join(failed)} (read its log, then "
+            "--ack NODE)",
+            PAUSED,
+        )
+    return running, baking
+
+
+def _wave_jobs(
+    chosen: list[str], image: str, ns: str, o: Options, wave: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each chosen node's cleanup Job, labelled as the fleet's and annotated with its wave."""
     bodies = []
     for node in chosen:
         job = manifest(node, image, ns, apply=True)
         job["metadata"]["labels"][FLEET_LABEL] = o.lease
         job["metadata"].setdefault("annotations", {})[WAVE_ANNOTATION] = str(wave)
         bodies.append((node, job))
-    if not o.apply:
-        lines += [f"would create wave {wave}: {', '.join(chosen)}"]
-        return Outcome(wave, [], lines, k.calls, reading.queries)
-    for node, job in bodies:  # every Job through admission first; a refusal creates nothing
+    return bodies
+
+
+def _create(k: Kube, ns: str, bodies: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Every Job through admission first (dryRun=All), so a refusal creates nothing; then for
+    real. The nodes whose Job was created."""
+    for node, job in bodies:
         k.call(
             f"admission of the Job for {node} (dryRun=All)",
             k.batch.create_namespaced_job,
@@ -326,10 +380,7 @@ def _step(
     for node, job in bodies:
         k.call(f"creating the Job for {node}", k.batch.create_namespaced_job, ns, job)
         created.append(node)
-    lines.append(f"wave {wave}: created {len(created)} Job(s): {', '.join(created)}")
-    assert lease is not None
-    _release(k, ns, o, lease, min(size * 2, o.max_concurrent))
-    return Outcome(wave, created, lines, k.calls, reading.queries)
+    return created
 
 
 def _wave(job: dict[str, Any]) -> str:
