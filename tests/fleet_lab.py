@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import select
 import socket
 import subprocess
 import threading
@@ -43,6 +42,7 @@ from tests.conftest import AGENT, REPO
 from tests.control_plane import ControlPlane, free_port
 from tests.prometheus.fleet import PROMETHEUS, rules_file
 from tests.prometheus.history import backfill
+from tests.relay import relay
 from tests.serving import serving
 
 CLONE_NEWNET = 0x40000000
@@ -101,22 +101,7 @@ class Forwarder:
         if upstream is None:
             client.close()
             return
-        pair = {client: upstream, upstream: client}
-        try:
-            while True:
-                ready, _, _ = select.select(list(pair), [], [], 30)
-                if not ready:
-                    return
-                for s in ready:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    pair[s].sendall(data)
-        except OSError:
-            return
-        finally:
-            client.close()
-            upstream.close()
+        relay(client, upstream, idle=30)
 
     def close(self) -> None:
         self._stop = True

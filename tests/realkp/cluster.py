@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from tests.fake_apiserver import (
     service_object,
 )
 from tests.realkp.node import NodeNet
+from tests.relay import relay
 
 GUEST_HOST = "10.0.2.2"  # the host's loopback as QEMU's user network shows it to the guest
 API_PORT = 6443  # the port the forwarder listens on at each node's peer address
@@ -84,20 +84,7 @@ class Forwarder:
             return
         upstream.settimeout(None)
         conn.settimeout(None)
-        pair = {conn: upstream, upstream: conn}
-        try:
-            while not self.closed.is_set():
-                ready, _, _ = select.select(list(pair), [], [], 1.0)
-                for s in ready:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    pair[s].sendall(data)
-        except OSError:
-            return
-        finally:
-            conn.close()
-            upstream.close()
+        relay(conn, upstream, self.closed.is_set)  # watches stay open: no idle limit
 
     def close(self) -> None:
         self.closed.set()
