@@ -14,6 +14,7 @@ from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests.conftest import AGENT, run_agent
 from tests.dumps import dump, minus_leftovers
+from tests.netns.test_cleanup import apply
 from tests.recheck import changed_during_the_pause, one_more_line, refused_for
 
 pytestmark = pytest.mark.vm
@@ -138,16 +139,7 @@ def test_the_xtables_lock_held_after_ipvs_was_flushed_leaves_the_node_as_before_
         try:
             while subprocess.run(["flock", "-n", str(xtables_lock), "true"]).returncode == 0:
                 time.sleep(0.05)  # until the holder has it
-            r = run_agent(
-                ns,
-                "cleanup",
-                "--apply",
-                "--backup-dir",
-                str(tmp_path / "b"),
-                "--lock-file",
-                str(tmp_path / "l"),
-                env={"XTABLES_LOCKFILE": str(xtables_lock)},
-            )
+            r = apply(ns, tmp_path, env={"XTABLES_LOCKFILE": str(xtables_lock)})
         finally:
             holder.kill()
             holder.wait()
