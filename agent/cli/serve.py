@@ -189,13 +189,14 @@ def serve(
     from agent import logs
     from agent.collect import for_scrapes
     from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
-    from agent.views.server import serve_until_signalled
+    from agent.views.server import StopSignals
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     common.require_permission()
     logs.setup(ctx.obj["log_format"])
     log = logging.getLogger("ipvs_leftovers.serve")
+    signals = StopSignals()
     opts = for_scrapes(dataclasses.replace(common.options(ctx), budget=source_timeout))
 
     def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
@@ -216,13 +217,11 @@ def serve(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))
     ProcessCollector(registry=registry)  # process_* (memory, CPU, fds), like every exporter
-    host, port = listen
-    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
-    server = _bind(host, port, registry, tls)
+    server = _bind(*listen, registry, (tls_cert, tls_key) if tls_cert and tls_key else None)
     if auto is not None:
         log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
         auto.start()
-    serve_until_signalled(server)
+    signals.serve(server)
     if auto is not None:
         auto.stop()
     log.info("stopped")

@@ -416,16 +416,31 @@ def make_server(
     return server
 
 
-def serve_until_signalled(server: _Server) -> None:
-    """Serve until SIGTERM or SIGINT, then close the socket and return."""
+class StopSignals:
+    """SIGTERM and SIGINT, caught from before the socket is bound.
 
-    def stop(signum: int, frame: FrameType | None) -> None:
+    The port accepts connections (the kernel's backlog) from bind(), before serve_forever runs: a
+    kubelet or a test that stops the agent as soon as the port answers must get a clean stop
+    (exit 0, "stopped" logged), not a process killed by the signal's default action.
+    """
+
+    def __init__(self) -> None:
+        self._server: _Server | None = None
+        self._asked = False
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: shutting down", signum)
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        self._asked = True
+        if self._server is not None:  # shutdown() waits for the loop: not from the loop's thread
+            threading.Thread(target=self._server.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        server.serve_forever(poll_interval=0.5)
-    finally:
-        server.server_close()
+    def serve(self, server: _Server) -> None:
+        """Serve until a signal (one that came before this call included), then close."""
+        self._server = server
+        try:
+            if not self._asked:
+                server.serve_forever(poll_interval=0.5)
+        finally:
+            server.server_close()
