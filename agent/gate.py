@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent import names
-from agent.snapshot import KubeProxy, Snapshot
+from agent.snapshot import Family, KubeProxy, Snapshot
 
 # What /proxyMode may answer that the agent knows, and `unknown` for anything else.
 ProxyMode = Literal["ipvs", "iptables", "nftables", "unknown"]
@@ -27,7 +27,7 @@ class Mode:
     nftables_confirmed: bool
     evidence: tuple[str, ...]  # what was seen
     failed: tuple[str, ...] = ()  # the gate's conditions that did not hold
-    families: tuple[str, ...] = ()  # the active families it checked (IPv4, IPv6)
+    families: tuple[Family, ...] = ()  # the active families it checked
 
 
 def proxy_mode(kp: KubeProxy) -> str | None:
@@ -51,19 +51,24 @@ def refusal(mode: Mode) -> str | None:
     return f"refused: nftables mode is not confirmed ({reason}); nothing was changed"
 
 
-def active_families(snap: Snapshot, v6_leftovers: bool) -> list[str]:
-    """IPv4/IPv6 as kube-proxy reports them: /healthz, else its sync metric's labels, else
-    IPv4 (plus IPv6 when IPv6 leftovers exist)."""
+def active_families(snap: Snapshot, v6_leftovers: bool) -> list[Family]:
+    """The families kube-proxy reports: /healthz, else its sync metric's labels, else IPv4
+    (plus IPv6 when IPv6 leftovers exist)."""
     answer = snap.kube_proxy.healthz.data
     if answer is not None and answer.families:
         return sorted(answer.families)
     metrics = snap.kube_proxy.metrics.data
     if metrics is not None and any(metrics.last_sync):
         return sorted(f for f in metrics.last_sync if f)
-    return ["IPv4", "IPv6"] if v6_leftovers else ["IPv4"]
+    return ["ipv4", "ipv6"] if v6_leftovers else ["ipv4"]
 
 
-def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], list[str]]:
+def kube_proxy_name(family: Family) -> str:
+    """kube-proxy's spelling (IPv4, IPv6), which the gate's messages keep."""
+    return next(k for k, v in names.KUBE_PROXY_IP_FAMILIES.items() if v == family)
+
+
+def nftables_tables(snap: Snapshot, families: list[Family]) -> tuple[list[str], list[str]]:
     """(evidence, failures): kube-proxy's nftables table for each active family, holding
     kube-proxy's own chains (names.NFTABLES_MODE_CHAINS), not merely existing."""
     evidence: list[str] = []
@@ -72,8 +77,8 @@ def nftables_tables(snap: Snapshot, families: list[str]) -> tuple[list[str], lis
         return [], [f"could not read nftables: {snap.nftables.error}"]
     tables = {(t.family, t.name): t for t in snap.nftables.data}
     wanted = names.NFTABLES_MODE_CHAINS
-    for fam in families:
-        nft_family = "ip6" if fam == "IPv6" else "ip"
+    for family in families:
+        nft_family, fam = ("ip6" if family == "ipv6" else "ip"), kube_proxy_name(family)
         table = tables.get((nft_family, names.NFTABLES_TABLE))
         if table is None:
             failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")
@@ -126,14 +131,17 @@ def health(kp: KubeProxy) -> tuple[list[str], list[str]]:
     return notes, [f"/healthz answers HTTP {health.data.http_status}: unhealthy"]
 
 
-def sync_age(kp: KubeProxy, families: list[str], now: float, max_sync_age: float) -> list[str]:
+def sync_age(kp: KubeProxy, families: list[Family], now: float, max_sync_age: float) -> list[str]:
     """Failures of the opt-in bound on the last sync's age (off when `max_sync_age` is 0)."""
     metrics = kp.metrics.data
     if not max_sync_age or metrics is None:
         return []
     failed = []
-    for fam in families:
-        stamp = metrics.last_sync.get(fam, metrics.last_sync.get(""))
+    for family in families:
+        stamp, fam = (
+            metrics.last_sync.get(family, metrics.last_sync.get(None)),
+            kube_proxy_name(family),
+        )
         if stamp is None:
             failed.append(f"no kubeproxy_sync_proxy_rules_last_timestamp_seconds for {fam}")
         elif (kp.read_at or now) - stamp > max_sync_age:

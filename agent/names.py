@@ -15,6 +15,9 @@ KUBE6_PREFIX = "KUBE-6-"
 # kube-proxy's two servers on the node (docs/kube-proxy-names.md#kube-proxys-endpoints-and-metrics)
 KUBE_PROXY_METRICS_URL = "http://127.0.0.1:10249"
 KUBE_PROXY_HEALTHZ_URL = "http://127.0.0.1:10256/healthz"
+# kube-proxy's spelling of an IP family (core/v1 IPFamily): its /healthz "status" keys and its
+# sync metric's ip_family label. The readers convert it to the model's family (snapshot.Family).
+KUBE_PROXY_IP_FAMILIES = {"IPv4": "ipv4", "IPv6": "ipv6"}
 # kube-proxy's program name, and hyperkube's subcommands that run it
 KUBE_PROXY_PROGRAM = "kube-proxy"
 HYPERKUBE = ("hyperkube", ("kube-proxy", "proxy"))

@@ -343,8 +343,8 @@ class Kernel:
 class KubeProxyMetrics:
     """What kube-proxy's /metrics says about its syncs and its mode."""
 
-    # kubeproxy_sync_proxy_rules_last_timestamp_seconds, by ip_family ("" when unlabelled).
-    last_sync: dict[str, float] = field(default_factory=dict)
+    # kubeproxy_sync_proxy_rules_last_timestamp_seconds, by ip_family (None when unlabelled).
+    last_sync: dict[Family | None, float] = field(default_factory=dict)
     nftables_sync_failures: float | None = None
     nftables_series: bool = False
     ipvs_series: bool = False
@@ -361,7 +361,7 @@ class KubeProxyHealth:
     healthy: bool
     last_updated: float | None  # unix seconds
     current_time: float | None
-    families: dict[str, float | None] = field(default_factory=dict)  # IPv4/IPv6 -> lastUpdated
+    families: dict[Family, float | None] = field(default_factory=dict)  # -> lastUpdated
     # /healthz's nodeEligible: false while the node is being deleted or tainted
     # ToBeDeletedByClusterAutoscaler (then /healthz is 503 whatever the proxier's state).
     node_eligible: bool | None = None

@@ -16,9 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from agent import names
 from agent.readers._timing import Absent, timed
 from agent.readers.urls import split_url
-from agent.snapshot import KubeProxy, KubeProxyHealth, KubeProxyMetrics, Reading
+from agent.snapshot import (
+    Family,
+    KubeProxy,
+    KubeProxyHealth,
+    KubeProxyMetrics,
+    Reading,
+    as_family,
+)
 
 R = TypeVar("R")
 
@@ -33,6 +41,12 @@ _LINE_LIMIT = 1024 * 1024  # one line of Prometheus text
 # A reader thread still running this long after the shared deadline is abandoned (its socket
 # operations are themselves bounded by the deadline; this covers what is not, a TLS handshake).
 _JOIN_GRACE = 0.5
+
+
+def ip_family(text: str) -> Family | None:
+    """The model's family for kube-proxy's spelling (IPv4, IPv6); None for any other."""
+    known = names.KUBE_PROXY_IP_FAMILIES.get(text)
+    return as_family(known) if known else None
 
 
 class Garbage(ValueError):
@@ -287,7 +301,7 @@ class _Metrics:
 
     def __init__(self) -> None:
         self.kubeproxy = self.nftables = self.iptables = False
-        self.last_sync: dict[str, float] = {}
+        self.last_sync: dict[Family | None, float] = {}
         self.sums: dict[str, float] = {}
 
     def line(self, raw: bytes) -> None:
@@ -314,7 +328,10 @@ class _Metrics:
             raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
         if name == _WANTED[0]:
             labels = dict(_LABEL.findall(m.group(2) or ""))
-            self.last_sync[labels.get("ip_family", "")] = value
+            if not labels.get("ip_family"):
+                self.last_sync[None] = value
+            elif (fam := ip_family(labels["ip_family"])) is not None:  # kube-proxy has no other
+                self.last_sync[fam] = value
         else:
             self.sums[name] = self.sums.get(name, 0.0) + value
 
@@ -392,13 +409,14 @@ def parse_healthz(status: int, body: bytes, path: str = "/healthz") -> KubeProxy
         raise Garbage(f"{path} is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or "lastUpdated" not in doc or status not in (200, 503):
         raise Garbage(f"{path} answered HTTP {status} without lastUpdated")
-    families: dict[str, float | None] = {}
+    families: dict[Family, float | None] = {}
     status_doc = doc.get("status") or {}
     if not isinstance(status_doc, dict):
         raise Garbage(f"{path} has a status that is not an object")
     for fam, st in status_doc.items():
         stamp = st.get("lastUpdated") if isinstance(st, dict) else None
-        families[str(fam)] = parse_timestamp(stamp) if isinstance(stamp, str) else None
+        if (known := ip_family(str(fam))) is not None:  # kube-proxy has no other
+            families[known] = parse_timestamp(stamp) if isinstance(stamp, str) else None
     current = doc.get("currentTime")
     return KubeProxyHealth(
         http_status=status,

@@ -209,8 +209,10 @@ def kube_proxy_families(kp: KubeProxy) -> Iterator[GaugeMetricFamily | CounterMe
         "re-syncs only hourly, so an old value alone is not a fault",
         ("family",),
     )
-    for fam, stamp in sorted((metrics.last_sync if metrics else {}).items()):
-        g.add_metric([fam.lower()], stamp)
+    for fam, stamp in sorted(
+        (metrics.last_sync if metrics else {}).items(), key=lambda kv: kv[0] or ""
+    ):
+        g.add_metric([fam or ""], stamp)
     yield g
     if metrics is not None and metrics.nftables_sync_failures is not None:
         yield CounterMetricFamily(

@@ -6,6 +6,7 @@ from typing import Any
 
 from agent.readers import iptables_save
 from agent.snapshot import (
+    Family,
     Kernel,
     KubeProxy,
     KubeProxyHealth,
@@ -24,7 +25,7 @@ def ok(data: Any) -> Reading[Any]:
 
 def kube_proxy(
     mode: str | None = "nftables",
-    families: tuple[str, ...] = ("IPv4",),
+    families: tuple[Family, ...] = ("ipv4",),
     sync_age: float = 5.0,
     healthy: bool = True,
     eligible: bool = True,

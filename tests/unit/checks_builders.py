@@ -124,7 +124,7 @@ def nft_snap(kp: KubeProxy | None = None, **kw: Any) -> Snapshot:
     from agent.names import NFTABLES_MODE_CHAINS
     from agent.snapshot import NftTable
 
-    s = snap(kp=kp or kube_proxy("nftables", ("IPv4", "IPv6")), **kw)
+    s = snap(kp=kp or kube_proxy("nftables", ("ipv4", "ipv6")), **kw)
     own = NFTABLES_MODE_CHAINS
     tables = (
         NftTable("ip", "kube-proxy", kube_proxy_chains=own),

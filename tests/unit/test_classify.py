@@ -266,7 +266,7 @@ def test_not_confirmed_when_any_condition_fails() -> None:
         "stuck (/livez 503)": kube_proxy(healthy=False),
         "unhealthy, no /livez": kube_proxy(healthy=False, livez=False),
         "ineligible node, no /livez": kube_proxy(eligible=False, livez=False),
-        "no ip6 table": kube_proxy(families=("IPv4", "IPv6")),
+        "no ip6 table": kube_proxy(families=("ipv4", "ipv6")),
     }
     for why, kp in cases.items():
         c = classify(snapshot(ipsets=LEFTOVER_SET, nftables=KP_TABLE, kp=kp), NOW)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from agent.classify import classify
 from agent.names import NFTABLES_MODE_CHAINS
-from agent.snapshot import NftTable
+from agent.snapshot import Family, NftTable
 from tests.unit.builders import NOW, kube_proxy, snapshot
 
 
-def _mode(*tables: NftTable, families: tuple[str, ...] = ("IPv4",)):  # type: ignore[no-untyped-def]
+def _mode(*tables: NftTable, families: tuple[Family, ...] = ("ipv4",)):  # type: ignore[no-untyped-def]
     return classify(snapshot(nftables=tables, kp=kube_proxy("nftables", families)), NOW).mode
 
 
@@ -37,7 +37,7 @@ def test_kube_proxys_own_table_satisfies_it_in_each_active_family() -> None:
     # 1.34+ makes no ip6 table on an IPv4-only node: none is required there ...
     assert _mode(full, NftTable("ip6", "kube-proxy")).nftables_confirmed
     # ... but a dual-stack node needs both, each with kube-proxy's chains
-    dual = _mode(full, NftTable("ip6", "kube-proxy"), families=("IPv4", "IPv6"))
+    dual = _mode(full, NftTable("ip6", "kube-proxy"), families=("ipv4", "ipv6"))
     assert not dual.nftables_confirmed
     assert "nftables table ip6 kube-proxy lacks" in dual.failed[0]
 

@@ -101,7 +101,7 @@ METRICS = (
 def test_metrics_read_as_they_arrive_whatever_the_chunking(size: int) -> None:
     m = kp.read_metrics(_chunks(METRICS, size))
     assert m == kp.parse_metrics(METRICS)
-    assert m.last_sync == {"IPv4": 1.7e9, "IPv6": 1.8e9}
+    assert m.last_sync == {"ipv4": 1.7e9, "ipv6": 1.8e9}
     assert m.nftables_sync_failures == 3.0 and m.ct_state_invalid_dropped == 7.0
     assert m.nftables_series and m.iptables_series
 

@@ -29,7 +29,7 @@ def test_proxy_mode_is_the_bare_word() -> None:
 
 def test_metrics_families_failures_and_mode_series() -> None:
     m = parse_metrics(METRICS)
-    assert m.last_sync == {"IPv4": 1.7e9, "IPv6": 1.7000001e9}
+    assert m.last_sync == {"ipv4": 1.7e9, "ipv6": 1.7000001e9}
     assert m.nftables_sync_failures == 3.0
     assert m.nftables_series and not m.iptables_series
 
@@ -59,7 +59,7 @@ def test_healthz_newest_json_with_families() -> None:
     )
     h = parse_healthz(200, body)
     assert h.healthy and h.http_status == 200
-    assert h.families == {"IPv4": pytest.approx(1716607360.0)}
+    assert h.families == {"ipv4": pytest.approx(1716607360.0)}
     assert h.current_time == pytest.approx(1716607364.0)
 
 

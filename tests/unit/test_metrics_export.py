@@ -38,7 +38,7 @@ def test_no_exported_label_collides_with_a_common_target_label() -> None:
 
 
 def test_kube_proxy_health_last_sync_and_failures_are_re_exported() -> None:
-    got = samples(kube_proxy("nftables", families=("IPv4", "IPv6"), sync_age=3600.0))
+    got = samples(kube_proxy("nftables", families=("ipv4", "ipv6"), sync_age=3600.0))
     p = "ipvs_leftovers_kube_proxy_"
     assert got[f"{p}healthy"] == 1
     assert got[f'{p}last_sync_timestamp_seconds{{family="ipv4"}}'] == NOW - 3600.0
@@ -64,7 +64,7 @@ def test_what_kube_proxy_did_not_give_is_left_out_not_zero() -> None:
 def test_an_unlabelled_last_sync_is_exported_without_a_family() -> None:
     kp = kube_proxy("nftables")
     assert kp.metrics.data is not None
-    metrics = type(kp.metrics.data)(last_sync={"": NOW - 5.0}, nftables_sync_failures=2.0)
+    metrics = type(kp.metrics.data)(last_sync={None: NOW - 5.0}, nftables_sync_failures=2.0)
     got = samples(KubeProxy(kp.proxy_mode, Reading("ok", metrics), kp.healthz, NOW))
     assert got['ipvs_leftovers_kube_proxy_last_sync_timestamp_seconds{family=""}'] == NOW - 5.0
     assert got["ipvs_leftovers_kube_proxy_nftables_sync_failures_total"] == 2

@@ -45,7 +45,7 @@ def test_verify_mode_failures() -> None:
     assert c.evidence[0] == "/proxyMode answers ipvs, not nftables"
     # the nftables series are extra evidence, never required (1.30 exposes none at start)
     c = one(
-        run_verify(nft_snap(kp=kube_proxy("nftables", ("IPv4", "IPv6"), series=False))),
+        run_verify(nft_snap(kp=kube_proxy("nftables", ("ipv4", "ipv6"), series=False))),
         "nftables-mode",
     )
     assert c.status == "pass"
@@ -74,7 +74,7 @@ def test_verify_leftovers_and_kube_ipvs0() -> None:
 
 
 def test_verify_sync() -> None:
-    idle = nft_snap(kp=kube_proxy("nftables", ("IPv4",), sync_age=3600))
+    idle = nft_snap(kp=kube_proxy("nftables", ("ipv4",), sync_age=3600))
     assert one(run_verify(idle), "nftables-sync").status == "pass"  # hourly re-sync
     c = checks.check_nftables_sync(idle, classify(idle, NOW), NOW, 300.0)
     assert c.status == "fail"
