@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent import names
-from agent.snapshot import Family, KubeProxy, Snapshot
+from agent.snapshot import Family, KubeProxy, NftFamily, Snapshot
 
 # What /proxyMode may answer that the agent knows, and `unknown` for anything else.
 ProxyMode = Literal["ipvs", "iptables", "nftables", "unknown"]
@@ -78,7 +78,8 @@ def nftables_tables(snap: Snapshot, families: list[Family]) -> tuple[list[str], 
     tables = {(t.family, t.name): t for t in snap.nftables.data}
     wanted = names.NFTABLES_MODE_CHAINS
     for family in families:
-        nft_family, fam = ("ip6" if family == "ipv6" else "ip"), kube_proxy_name(family)
+        nft_family: NftFamily = "ip6" if family == "ipv6" else "ip"
+        fam = kube_proxy_name(family)
         table = tables.get((nft_family, names.NFTABLES_TABLE))
         if table is None:
             failed.append(f"no nftables table {nft_family} kube-proxy for active family {fam}")

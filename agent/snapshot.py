@@ -19,6 +19,7 @@ Status = Literal["ok", "absent", "error"]
 IpVersion = Literal[4, 6]  # IPVS and ipset families (AF_INET / AF_INET6, inet / inet6)
 Family = Literal["ipv4", "ipv6"]  # iptables tables, metric labels, the report
 Backend = Literal["legacy", "nft"]  # the iptables backends
+NftFamily = Literal["inet", "ip", "arp", "netdev", "bridge", "ip6"]  # nftables' table families
 
 
 def family_of(version: IpVersion) -> Family:
@@ -281,9 +282,9 @@ class NftSet:
 class NftTable:
     """An nftables table: its chain count and, for kube-proxy's, its sets."""
 
-    # ip | ip6 | inet | arp | bridge | netdev, or the number of a family the agent has no name
-    # for (the kernel reports it; nothing matches it)
-    family: str
+    # or the number of a family the agent has no name for (the kernel reports it; nothing
+    # matches it)
+    family: NftFamily | int
     name: str
     chains: int = 0
     sets: tuple[NftSet, ...] = ()

@@ -27,10 +27,11 @@ from agent.readers.netlink import (
     count_attrs,
     nul_text,
 )
-from agent.snapshot import NftSet, NftTable, Reading
+from agent.snapshot import NftFamily, NftSet, NftTable, Reading
 
-FAMILIES = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
+FAMILIES: dict[int, NftFamily] = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
 _FAMILY_NUMBERS = {v: k for k, v in FAMILIES.items()}
+Key = tuple[NftFamily | int, str]  # a table: its family and name
 GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM = 1, 4, 7, 10, 13
 RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
 LIST_ELEM, EXPR_NAME, EXPR_DATA = 1, 1, 2
@@ -44,7 +45,7 @@ ELEM_LIST_ELEMENTS = 3
 SET_ANONYMOUS, SET_MAP = 0x1, 0x8
 
 
-def _chain_counts(nft: NfTables) -> dict[tuple[str, str], int]:
+def _chain_counts(nft: NfTables) -> dict[Key, int]:
     """Chains per (family, table). Each chain's message is reduced to its family byte and
     its table attribute's bytes, counted as they are and decoded once per table: at 1,000
     Services kube-proxy's table has 4,000 chains, and a decoded string per chain was most of
@@ -56,7 +57,7 @@ def _chain_counts(nft: NfTables) -> dict[tuple[str, str], int]:
         else (p[0], bytes(attrs(p, 4).get(CHAIN_TABLE) or b""))
         for p in nft.dump(GETCHAIN)
     )
-    out: Counter[tuple[str, str]] = Counter()
+    out: Counter[Key] = Counter()
     for (family, table), n in raw.items():
         out[(_family_name(family), nul_text(memoryview(table)))] += n
     return out
@@ -85,13 +86,17 @@ def _set_header(payload: memoryview) -> tuple[memoryview | None, memoryview | No
     return table, name, max(flags, 0)
 
 
-def _family(payload: memoryview) -> str:
+def _family(payload: memoryview) -> NftFamily | int:
     """The family of an nfgenmsg-headed answer."""
     return _family_name(payload[0])
 
 
-def _family_name(number: int) -> str:
-    return FAMILIES.get(number, str(number))
+def _family_name(number: int) -> NftFamily | int:
+    return FAMILIES.get(number, number)
+
+
+def _number(family: NftFamily | int) -> int:
+    return family if isinstance(family, int) else _number(family)
 
 
 def _read(detail: bool) -> tuple[NftTable, ...]:
@@ -109,12 +114,14 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         # One small chain per kube-proxy table: cleanup needs it to keep KUBE-MARK-MASQ's
         # masquerade only where nftables mode does not masquerade the same mark
         # (docs/contract.md#cleanup).
-        marks = {
+        marks: dict[Key, int | None] = {
             key: _masquerade_mark(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES
         }
         # The gate needs kube-proxy's own chains in its table, not the table alone: one
         # request per chain, never a dump of the tens of thousands a large node has.
-        own = {key: _own_chains(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES}
+        own: dict[Key, tuple[str, ...]] = {
+            key: _own_chains(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES
+        }
         if not detail:  # the metrics need only which tables exist
             return tuple(
                 NftTable(
@@ -123,7 +130,7 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
                 for f, n in tables
             )
         chains = _chain_counts(nft)
-        sets: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+        sets: dict[Key, list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
             set_table, set_name, flags = _set_header(p)
             if flags & SET_ANONYMOUS:
@@ -151,10 +158,10 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
     return tuple(out)
 
 
-def _own_chains(nft: NfTables, family: str, table: str) -> tuple[str, ...]:
+def _own_chains(nft: NfTables, family: NftFamily | int, table: str) -> tuple[str, ...]:
     """Which of kube-proxy's chains (names.NFTABLES_MODE_CHAINS) the table holds: a GETCHAIN
     of each by name (not a dump), answered with the chain or ENOENT."""
-    header = struct.pack("=BBH", _FAMILY_NUMBERS[family], 0, 0)
+    header = struct.pack("=BBH", _number(family), 0, 0)
     found = []
     for chain in NFTABLES_MODE_CHAINS:
         body = attr(CHAIN_TABLE, table.encode() + b"\0") + attr(CHAIN_NAME, chain.encode() + b"\0")
@@ -169,7 +176,7 @@ def _own_chains(nft: NfTables, family: str, table: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:
+def _masquerade_mark(nft: NfTables, family: NftFamily | int, table: str) -> int | None:
     """The mark bit the table's `masquerading` chain masquerades; None without such a chain.
 
     The chain tests the bit with a bitwise expression (mask M, xor 0) and ends in a `masq`
@@ -181,7 +188,7 @@ def _masquerade_mark(nft: NfTables, family: str, table: str) -> int | None:
     tested: int | None = None
     masquerades = False
     try:
-        rules = list(nft.dump(GETRULE, _FAMILY_NUMBERS[family], body))
+        rules = list(nft.dump(GETRULE, _number(family), body))
     except NetlinkError as exc:
         if exc.errno == errno.ENOENT:  # no such chain
             return None
@@ -225,13 +232,13 @@ def _data(view: memoryview | None) -> int | None:
     return None if value is None else int.from_bytes(bytes(value), sys.byteorder)
 
 
-def _elements(nft: NfTables, family: str, table: str, name: str) -> int:
+def _elements(nft: NfTables, family: NftFamily | int, table: str, name: str) -> int:
     # The element dump must go out with the table's own family, not NFPROTO_UNSPEC.
     body = attr(ELEM_LIST_TABLE, table.encode() + b"\0") + attr(
         ELEM_LIST_SET, name.encode() + b"\0"
     )
     total = 0
-    for p in nft.dump(GETSETELEM, _FAMILY_NUMBERS[family], body):
+    for p in nft.dump(GETSETELEM, _number(family), body):
         elements = attrs(p, 4).get(ELEM_LIST_ELEMENTS)
         if elements is not None:
             total += count_attrs(elements)

@@ -14,7 +14,16 @@ from typing import ClassVar, Literal
 
 from agent import names
 from agent.findings import KUBE_PROXY_CLASSES, ChainRef, Classification, Owner, Reference, RuleRef
-from agent.snapshot import Ipset, IptRule, IptTable, IpvsService, Link, Snapshot
+from agent.snapshot import (
+    Family,
+    Ipset,
+    IptRule,
+    IptTable,
+    IpvsService,
+    Link,
+    NftFamily,
+    Snapshot,
+)
 
 ARP_DEFAULTS = {"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"}
 
@@ -175,7 +184,7 @@ def _referencing(
     leftover_chains: dict[TableKey, set[str]],
     leftover_sets: set[str],
     deletable_jumps: set[tuple[TableKey, str, str]],
-    nft_marks: dict[str, int | None],
+    nft_marks: dict[NftFamily | int, int | None],
 ) -> tuple[dict[tuple[TableKey, str], str], dict[str, str]]:
     """Chains and sets that state not being removed still references, with the reason: from
     the classifier's references (every rule naming a KUBE-* chain or set; kube-proxy's chains
@@ -219,7 +228,7 @@ def _referencing(
 
 
 _MARK = re.compile(r"-j MARK (?:--set-xmark|--or-mark) (0x[0-9a-fA-F]+)")
-_NFT_FAMILY = {"ipv4": "ip", "ipv6": "ip6"}
+_NFT_FAMILY: dict[Family, NftFamily] = {"ipv4": "ip", "ipv6": "ip6"}
 
 
 MASQ, POSTROUTING = names.MARK_MASQ_CHAIN, names.POSTROUTING_CHAIN
@@ -229,7 +238,7 @@ def _masquerade_kept(
     tables: list[IptTable],
     leftover_chains: dict[TableKey, set[str]],
     kept_chains: dict[tuple[TableKey, str], str],
-    nft_marks: dict[str, int | None],
+    nft_marks: dict[NftFamily | int, int | None],
 ) -> dict[tuple[TableKey, str], str]:
     """KUBE-POSTROUTING kept beside a kept KUBE-MARK-MASQ (docs/contract.md#cleanup).
 
@@ -250,7 +259,7 @@ def _masquerade_kept(
             for r in ch.rules
             if (m := _MARK.search(r.text))
         ]
-        nft_family = _NFT_FAMILY.get(t.family, t.family)
+        nft_family = _NFT_FAMILY[t.family]
         honoured = nft_marks.get(nft_family)
         if len(marks) == 1 and honoured == marks[0]:
             continue

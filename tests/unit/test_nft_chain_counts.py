@@ -42,7 +42,7 @@ def test_chains_are_counted_per_family_and_table_wherever_the_table_attribute_is
         ("ip6", "kube-proxy"): 3,
         ("ip", "nat"): 1,
         ("inet", "filter-with-a-long-name"): 2,
-        ("99", "odd"): 1,
+        (99, "odd"): 1,
     }
 
 
