@@ -57,7 +57,7 @@ class IpvsEvidence:
             return frozenset()  # fwmark services are never kube-proxy's; the probe is known
         if svc.address in self.node:
             # A NodePort, or an ExternalIP / LoadBalancer IP that is a node address.
-            return names.NODE_PORT_SETS.get(svc.protocol, frozenset()) | names.VIP_PORT_SETS
+            return names.NODE_PORT_SETS.get(str(svc.protocol), frozenset()) | names.VIP_PORT_SETS
         return names.VIP_PORT_SETS
 
     def of_service(self, svc: IpvsService) -> Attribution:
@@ -67,8 +67,8 @@ class IpvsEvidence:
         addr = svc.address  # the reader's inet_ntop spelling, as the indexes hold
         strong: list[str] = []
         weak: list[str] = []
-        member = f"{addr},{svc.protocol.lower()}:{svc.port}"
-        node_port_sets = names.NODE_PORT_SETS.get(svc.protocol, frozenset())
+        member = f"{addr},{str(svc.protocol).lower()}:{svc.port}"
+        node_port_sets = names.NODE_PORT_SETS.get(str(svc.protocol), frozenset())
         for name in sorted(self.members):
             entries = self.members[name]
             if name in names.VIP_PORT_SETS and member in entries:

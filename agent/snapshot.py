@@ -19,6 +19,7 @@ Status = Literal["ok", "absent", "error"]
 IpVersion = Literal[4, 6]  # IPVS and ipset families (AF_INET / AF_INET6, inet / inet6)
 Family = Literal["ipv4", "ipv6"]  # iptables tables, metric labels, the report
 Backend = Literal["legacy", "nft"]  # the iptables backends
+IpvsProtocol = Literal["TCP", "UDP", "SCTP", "FWM"]  # FWM: a firewall-mark virtual server
 NftFamily = Literal["inet", "ip", "arp", "netdev", "bridge", "ip6"]  # nftables' table families
 
 
@@ -189,8 +190,8 @@ class IpvsService:
     """An IPVS virtual server: protocol, address and port, or a firewall mark."""
 
     family: IpVersion
-    # TCP | UDP | SCTP, FWM for fwmark services, or the number of one the reader has no name for
-    protocol: str
+    # or the number of a protocol the reader has no name for
+    protocol: IpvsProtocol | int
     address: str | None  # inet_ntop's spelling (the classifier compares it as is)
     port: int | None
     fwmark: int | None

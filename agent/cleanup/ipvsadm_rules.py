@@ -53,7 +53,11 @@ from agent.readers.netlink import NLA_F_NESTED, attr, attrs
 
 # The printer's word tables (agent.cleanup.ipvsadm_save), read the other way, so the two
 # cannot drift apart.
-_PROTOCOL_OPTIONS = {option: name for name, option in PROTOCOL_OPTIONS.items()}
+_PROTOCOL_OPTIONS: dict[str, int] = {  # ipvsadm's option -> the protocol's number
+    option: PROTOCOL_NUMBERS[name]
+    for name, option in PROTOCOL_OPTIONS.items()
+    if not isinstance(name, int)
+}
 # ipvsadm's forwarding switches -> IP_VS_CONN_F_* (masq 0, droute 3; tunnels are not handled)
 _FORWARD = {"-m": 0, "-g": 3}
 _SCHED_FLAGS = {
@@ -115,12 +119,12 @@ def _service_key(words: list[str]) -> tuple[bytes, int, list[str]] | None:
         parts = attr(SVC_AF, struct.pack("=H", family)) + attr(SVC_FWMARK, struct.pack("=I", mark))
         return parts, family, rest
     protocol = _PROTOCOL_OPTIONS.get(option)
-    where = _host_port(value) if protocol else None
+    where = _host_port(value) if protocol is not None else None
     if protocol is None or where is None:
         return None
     family, raw, port = where
     parts = attr(SVC_AF, struct.pack("=H", family))
-    parts += attr(SVC_PROTOCOL, struct.pack("=H", PROTOCOL_NUMBERS[protocol]))
+    parts += attr(SVC_PROTOCOL, struct.pack("=H", protocol))
     parts += attr(SVC_ADDR, raw) + attr(SVC_PORT, struct.pack("!H", port))
     return parts, family, rest
 

@@ -21,11 +21,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # restore's loader shares the word tables below without the dataclasses
-    from agent.snapshot import IpvsDest, IpvsService
+    from agent.snapshot import IpvsDest, IpvsProtocol, IpvsService
 
     DestsOf = Callable[[IpvsService], Sequence[IpvsDest]]
 
-PROTOCOL_OPTIONS = {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}
+PROTOCOL_OPTIONS: dict[IpvsProtocol | int, str] = {
+    "TCP": "-t",
+    "UDP": "-u",
+    "SCTP": "--sctp-service",
+}
+_PROTOCOL_NUMBERS: dict[IpvsProtocol | int, int] = {"TCP": 6, "UDP": 17, "SCTP": 132}
 _FWD_SWITCH = {"masq": "-m", "tunnel": "-i", "local": "-g", "route": "-g"}
 _TUN_NAMES = ("ipip", "gue", "gre")
 _TUN_FLAG_OPTS = ("--tun-nocsum", "--tun-csum", "--tun-remcsum")
@@ -66,7 +71,7 @@ def _cmp_words(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def _svc_fields(s: IpvsService) -> tuple[int, int, int, tuple[int, ...], int]:
-    proto = {"TCP": 6, "UDP": 17, "SCTP": 132}.get(s.protocol, 0)
+    proto = _PROTOCOL_NUMBERS.get(s.protocol, 0)
     # a fwmark service's address is libipvs' zeroed union: four words for IPv6, as an address
     words = _words(s.address) if s.address else (0,) * (4 if s.family == 6 else 1)
     return (s.fwmark or 0, _AF[s.family], proto, words, s.port or 0)

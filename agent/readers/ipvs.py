@@ -15,6 +15,7 @@ import itertools
 import socket
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
 
 from agent.readers._timing import Absent, timed
 from agent.readers.ipvs_wire import (
@@ -58,7 +59,15 @@ from agent.readers.netlink import (
     consistent,
     nul_text,
 )
-from agent.snapshot import CountedDests, IpVersion, IpvsDest, IpvsService, LazyDests, Reading
+from agent.snapshot import (
+    CountedDests,
+    IpVersion,
+    IpvsDest,
+    IpvsProtocol,
+    IpvsService,
+    LazyDests,
+    Reading,
+)
 
 FORWARD = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
 _FWD_MASK = 0x7
@@ -130,7 +139,7 @@ def service_of(payload: memoryview) -> IpvsService:
         offset += (length + 3) & ~3
     return IpvsService(
         family=6 if af == socket.AF_INET6 else 4,
-        protocol="FWM" if fwmark else PROTOCOLS.get(proto, str(proto)),
+        protocol="FWM" if fwmark else PROTOCOLS.get(proto, proto),
         address=None if fwmark else _ip(addr, af),
         port=None if fwmark else port,
         fwmark=fwmark or None,
@@ -161,7 +170,20 @@ def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
 
 
 PROC_IPVS = "/proc/net/ip_vs"
-ProcKey = tuple[str, str, int] | tuple[str, int]
+ProcKey = tuple[IpvsProtocol | int, str, int] | tuple[Literal["FWM"], int]
+# ip_vs_proto_name(): how /proc/net/ip_vs names a virtual server's protocol; any other is
+# printed IP_<number>
+_PROC_PROTOCOLS: dict[str, IpvsProtocol | int] = {
+    **{name: name for name in PROTOCOLS.values()},
+    **{"IP": 0, "ICMP": 1, "IPIP": 4, "GRE": 47, "ICMPv6": 58},
+}
+
+
+def _proc_protocol(word: str) -> IpvsProtocol | int | None:
+    """The model's protocol for /proc's name; None for a word the kernel does not print."""
+    if word.startswith("IP_") and word[3:].isdigit():
+        return int(word[3:])
+    return _PROC_PROTOCOLS.get(word)
 
 
 def _proc_blocks(lines: Iterable[str]) -> Iterator[tuple[list[str], list[str]]]:
@@ -257,7 +279,8 @@ def _proc_service_key(words: list[str]) -> ProcKey | None:
         return None
     if words[0] == "FWM":
         return ("FWM", int(words[1], 16))
-    return (words[0], *_proc_endpoint(words[1]))
+    protocol = _proc_protocol(words[0])
+    return None if protocol is None else (protocol, *_proc_endpoint(words[1]))
 
 
 # IP_VS_SVC_F_* (include/uapi/linux/ip_vs.h): what a /proc/net/ip_vs service line shows
@@ -284,7 +307,10 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         if words[0] == "FWM":
             return None
         address, port = _proc_endpoint(words[1])
-        key = (words[0], address, port)
+        protocol = _proc_protocol(words[0])
+        if protocol is None:  # a name this reader does not know: the caller asks netlink
+            return None
+        key: ProcKey = (protocol, address, port)
         if key in seen:
             return None
         seen.add(key)
@@ -292,7 +318,7 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         flags = _F_HASHED | (_F_PERSISTENT if "persistent" in words else 0)
         flags |= _F_ONEPACKET if "ops" in words else 0
         family: IpVersion = 6 if ":" in address else 4
-        services.append(IpvsService(family, words[0], address, port, None, words[2], flags, 0))
+        services.append(IpvsService(family, protocol, address, port, None, words[2], flags, 0))
         counts.append(len(dests))
     return services, counts
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from agent.readers.netlink import NLA_F_NESTED, attr
 
 if TYPE_CHECKING:  # restore's path (the numbers only) imports no dataclasses
-    from agent.snapshot import IpvsService
+    from agent.snapshot import IpvsProtocol, IpvsService
 
 GENL_VERSION = 1
 CMD_NEW_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE, CMD_NEW_DEST, CMD_GET_DEST = 1, 3, 4, 5, 8
@@ -23,13 +23,16 @@ SVC_SCHED, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK, SVC_PE_NAME = 6, 7, 8, 9, 11
 DEST_ADDR, DEST_PORT, DEST_FWD, DEST_WEIGHT, DEST_U_THRESH, DEST_L_THRESH = 1, 2, 3, 4, 5, 6
 DEST_ACTIVE, DEST_INACT, DEST_PERSIST, DEST_FAMILY = 7, 8, 9, 11
 DEST_TUN_TYPE, DEST_TUN_PORT, DEST_TUN_FLAGS = 13, 14, 15
-PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
+PROTOCOLS: dict[int, IpvsProtocol] = {6: "TCP", 17: "UDP", 132: "SCTP"}
 PROTOCOL_NUMBERS = {name: number for number, name in PROTOCOLS.items()}
 
 
-def _protocol_number(name: str) -> int:
-    # The reader spells protocols it has no name for as their number.
-    return PROTOCOL_NUMBERS.get(name) or int(name)
+def _protocol_number(protocol: IpvsProtocol | int) -> int:
+    if isinstance(protocol, int):  # one the reader has no name for
+        return protocol
+    if protocol not in PROTOCOL_NUMBERS:
+        raise ValueError(f"{protocol} is no IP protocol (a firewall-mark service has a mark)")
+    return PROTOCOL_NUMBERS[protocol]
 
 
 def service_key(svc: IpvsService) -> bytes:
@@ -38,7 +41,11 @@ def service_key(svc: IpvsService) -> bytes:
 
 
 def key_of(
-    family: int, protocol: str, address: str | None, port: int | None, fwmark: int | None
+    family: int,
+    protocol: IpvsProtocol | int,
+    address: str | None,
+    port: int | None,
+    fwmark: int | None,
 ) -> bytes:
     """service_key from the fields that name a virtual server."""
     af = socket.AF_INET6 if family == 6 else socket.AF_INET

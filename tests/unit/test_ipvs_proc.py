@@ -152,3 +152,20 @@ def test_services_proc_cannot_name_exactly_send_the_read_to_netlink() -> None:
     head, _ = PROC.split("TCP  0A600001:01BB rr\n")
     twice = head + "TCP  0A600001:01BB rr\n" + "TCP  0A600001:01BB rr\n"
     assert proc_services(io.StringIO(twice)) is None
+    # a word the kernel does not print for a protocol (a changed or damaged format)
+    assert proc_services(io.StringIO(head + "ERR!  0A600001:01BB rr\n")) is None
+
+
+def test_protocols_without_a_model_name_are_keyed_by_their_number() -> None:
+    """IPVS balances AH and ESP too; the model names only TCP, UDP and SCTP, and /proc's
+    line for AH (ip_vs_proto_name prints IP_51) must meet netlink's protocol 51 under one key."""
+    from agent.readers.ipvs import proc_services
+
+    head = PROC.split("TCP  0A600001:01BB rr\n")[0]
+    lines = head + "IP_51  0A600001:0000 rr\n  -> 0AF40003:0000      Route   1      0          0\n"
+    assert proc_dest_counts(io.StringIO(lines)) == {(51, "10.96.0.1", 0): 1}
+    got = proc_services(io.StringIO(lines))
+    assert got is not None and [(s.protocol, s.address, s.port) for s in got[0]] == [
+        (51, "10.96.0.1", 0)
+    ]
+    assert proc_dest_counts(io.StringIO(head + "ERR!  0A600001:01BB rr\n")) == {}
