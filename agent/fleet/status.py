@@ -3,15 +3,19 @@ a fixed number of instant queries at one evaluation time (independent of the fle
 each aggregated by (cluster, node) so that an agent pod's restart (a new `pod`/`instance`
 label) is one node, not two.
 
-The gap check: `count_over_time((max by (cluster, node) (count_over_time(M[G])) > 0)[H:S])`
-counts the steps S of the hold-down H whose window G holds a sample; divided by the number of
-steps, 1 means no gap. With S = G/2 a gap longer than 1.5 G is always seen, one shorter than G
-never.
+The gap check: `count_over_time((max by (cluster, node) (count_over_time(M[G])) > 0)[C:S])`
+counts the steps S of a stretch C of the hold-down whose window G holds a sample; summed over
+the stretches that make up the hold-down H and divided by the number of steps, 1 means no
+gap. With S = G/2 a gap longer than 1.5 G is always seen, one shorter than G never. Its cost
+grows with nodes x H (a subquery evaluates every step): one query over a day at 5,000 nodes
+outlasts Prometheus' default 2-minute query timeout, so it is asked a stretch of at most
+GAP_STRETCH at a time, each query bounded like any other.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,11 +23,15 @@ from agent.fleet.eligibility import NodeData
 from agent.fleet.prom import Labels, PromError, Prometheus
 
 JOB = "ipvs-leftovers"
+GAP_STRETCH = 3600.0  # seconds of the hold-down one gap query covers
 M = "ipvs_leftovers_"
 # Alerts the cleanup itself resolves: they do not pause a step.
 RESOLVED_BY_CLEANUP = frozenset(
     {"IPVSLeftoversStale", "IPVSLeftoversIptablesModeChains", "IPVSLeftoversKubeIPVS0Stale"}
 )
+
+
+Key = tuple[str, str]  # (cluster, node)
 
 
 class Refusal(Exception):
@@ -74,25 +82,23 @@ def read_fleet(
         "healthy": f"min {by} ({M}kube_proxy_healthy{{{selector}}})",
         "confirmed_now": f"min {by} ({confirmed})",
         "confirmed_min": f"min {by} (min_over_time({confirmed}[{H}]))",
-        "coverage": (
-            f"count_over_time((max {by} (count_over_time({confirmed}[{G}])) > 0)[{H}:{S}])"
-            f" / scalar(count_over_time(vector(1)[{H}:{S}]))"
-        ),
         "foreign_max": f"max {by} (max_over_time({M}foreign_references{{{selector}}}[{H}]))",
         "stale": f"max {by} ({M}stale{{{selector}}})",
         "iptables_mode_chains": f"sum {by} ({M}iptables_mode_chains{{{selector}}})",
         "kube_ipvs0": f"max {by} ({M}kube_ipvs0_present{{{selector}}})",
     }
-    values: dict[tuple[str, str], dict[str, float]] = {}
+    values: dict[Key, dict[str, float]] = {}
     try:
         for name, expr in queries.items():
-            for labels, value in prom.query(expr, at):
-                node = labels.get("node", "")
-                if not node:
-                    continue  # a target without the node label cannot be acted on
-                values.setdefault((labels.get("cluster", ""), node), {})[name] = value
+            for key, value in _by_node(prom.query(expr, at)):
+                values.setdefault(key, {})[name] = value
+        present = f"max {by} (count_over_time({confirmed}[{G}])) > 0"
+        coverage, asked = _coverage(prom, at, hold_down, present, S)
     except PromError as exc:
         raise Refusal(str(exc), 4) from None
+    for key, share in coverage.items():
+        if key in values:
+            values[key]["coverage"] = share
     if not any("up" in v for v in values.values()):
         where = f" of cluster {cluster!r}" if cluster is not None else ""
         raise Refusal(f"Prometheus has no {JOB} target{where} (an empty answer)", 4)
@@ -105,7 +111,43 @@ def read_fleet(
         )
     scope = cluster if cluster is not None else clusters[0]
     nodes = {node: _node(c, node, v) for (c, node), v in sorted(values.items())}
-    return Reading(at, scope, nodes, queries=len(queries))
+    return Reading(at, scope, nodes, queries=len(queries) + asked)
+
+
+def _by_node(samples: list[tuple[Labels, float]]) -> Iterator[tuple[Key, float]]:
+    for labels, value in samples:
+        node = labels.get("node", "")
+        if node:  # a target without the node label cannot be acted on
+            yield (labels.get("cluster", ""), node), value
+
+
+def stretches(at: float, hold_down: float) -> list[tuple[float, float]]:
+    """(end, length) of the stretches of at most GAP_STRETCH that make up the hold-down,
+    ending on a whole second (a subquery's steps are whole seconds: none is lost)."""
+    out: list[tuple[float, float]] = []
+    at = float(int(at))
+    while hold_down > 0:
+        length = min(hold_down, GAP_STRETCH)
+        out.append((at, length))
+        at, hold_down = at - length, hold_down - length
+    return out
+
+
+def _coverage(
+    prom: Prometheus, at: float, hold_down: float, present: str, step: str
+) -> tuple[dict[Key, float], int]:
+    """Each node's share of the hold-down's steps at which `present` held, and the number of
+    queries asked. Each stretch is (end - length, end]: a millisecond short of its length, as
+    Prometheus 2 includes both ends of a range and 3 only the last, so that no step falls in
+    two stretches in either."""
+    steps, covered = 0.0, dict[Key, float]()
+    parts = stretches(at, hold_down)
+    for end, length in parts:
+        span = f"[{int(length * 1000) - 1}ms:{step}]"
+        steps += sum(v for _, v in prom.query(f"count_over_time(vector(1){span})", end))
+        for key, value in _by_node(prom.query(f"count_over_time(({present}){span})", end)):
+            covered[key] = covered.get(key, 0.0) + value
+    return ({k: v / steps for k, v in covered.items()} if steps else {}), 2 * len(parts)
 
 
 def _node(cluster: str, node: str, values: dict[str, float]) -> NodeData:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.fleet.prom import Prometheus
+from agent.fleet.status import read_fleet
 from tests.conftest import AGENT
 from tests.prometheus.history import (
     HistoryPrometheus,
@@ -36,6 +38,8 @@ NODES = [
                                                    ipvs_leftovers_iptables_mode_chains=4)),
     # ten minutes without a sample, 80-90 minutes ago
     NodeHistory("lab", "gap", lambda t: None if between(t, -90 * M, -80 * M) else steady()),
+    # ten minutes without a sample across the boundary of the gap check's two hourly stretches
+    NodeHistory("lab", "gap-across", lambda t: None if between(t, -65 * M, -55 * M) else steady()),
     NodeHistory("lab", "foreign", lambda t: steady(
         ipvs_leftovers_foreign_references=2 if between(t, -60 * M, -50 * M) else 0)),
     NodeHistory("lab", "young", lambda t: steady() if t > T - 60 * M else steady(
@@ -59,6 +63,7 @@ WANT = {
     "ready": "eligible",
     "iptables": "eligible",
     "gap": "no-gap",
+    "gap-across": "no-gap",
     "foreign": "foreign",
     "young": "confirmed",
     "clean": "leftovers",
@@ -119,7 +124,7 @@ def test_the_text_report_names_each_node_and_counts(prom: HistoryPrometheus) -> 
     r = status(prom, "--cluster", "lab", "--ignore-alerts", ".*")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[-1] == "cluster 'lab': 10 nodes, 3 eligible, 1 clean, 6 waiting"
+    assert lines[-1] == "cluster 'lab': 11 nodes, 3 eligible, 1 clean, 7 waiting"
     assert any(line.split()[:3] == ["gap", "waiting", "no-gap:"] for line in lines)
 
 
@@ -156,6 +161,29 @@ def test_several_clusters_without_a_scope_refuse_with_exit_4(prom: HistoryPromet
     )
     r = status(prom, "--cluster", "nowhere")
     assert r.returncode == 4 and "no ipvs-leftovers target of cluster 'nowhere'" in r.stderr
+
+
+def test_the_gap_check_asked_an_hour_at_a_time_agrees_with_one_query_over_the_hold_down(
+    prom: HistoryPrometheus,
+) -> None:
+    """Each node's coverage summed over the hourly stretches equals the one subquery over the
+    whole hold-down (a millisecond short, as each stretch is), gap or not."""
+    client = Prometheus(prom.url)
+    at = (T // 60 + 1) * 60  # on a step: a stretch's first step is on the one before's last
+    reading = read_fleet(client, at, "lab", 7200, 120)
+    present = (
+        "max by (cluster, node) (count_over_time(ipvs_leftovers_nftables_mode_confirmed"
+        '{job="ipvs-leftovers",cluster="lab"}[120s])) > 0'
+    )
+    span = "[7199999ms:60s]"
+    whole = client.query(
+        f"count_over_time(({present}){span}) / scalar(count_over_time(vector(1){span}))", at
+    )
+    want = {labels["node"]: value for labels, value in whole}
+    got = {node: data.coverage for node, data in reading.nodes.items()}
+    assert got == want  # the same steps, counted once: equal, not approximately
+    assert got["ready"] == 1.0 and got["gap"] < 1.0 and got["gap-across"] < 1.0
+    assert reading.queries == 10 + 2 * 2  # the fixed queries, then two per hourly stretch
 
 
 def test_a_killed_prometheus_refuses_with_exit_4(prom: HistoryPrometheus, tmp_path: Path) -> None:

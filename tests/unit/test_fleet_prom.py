@@ -125,3 +125,11 @@ def test_alerts_the_cleanup_resolves_and_ignored_or_foreign_cluster_ones_do_not_
         got = firing_alerts(Prometheus(url), "lab", "Watchdog|InfoInhibitor")
     assert got == [{"alertname": "NodeDown", "cluster": "lab", "node": "b"}]
     assert seen[0]["path"] == "/api/v1/alerts"
+
+
+def test_the_hold_down_is_asked_in_stretches_of_an_hour_ending_on_a_whole_second() -> None:
+    from agent.fleet.status import stretches
+
+    assert stretches(10800.7, 9000) == [(10800.0, 3600.0), (7200.0, 3600.0), (3600.0, 1800.0)]
+    assert stretches(100.0, 60) == [(100.0, 60.0)]
+    assert len(stretches(0.0, 86400)) == 24
