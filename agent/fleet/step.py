@@ -318,7 +318,8 @@ def _acknowledge(
             patch = {"metadata": {"annotations": {ACK_ANNOTATION: "true"}}}
             name = job["metadata"]["name"]
             k.call(f"acknowledging Job {ns}/{name}", k.batch.patch_namespaced_job, name, ns, patch)
-            job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
+        # without --apply too: the plan shown is the one --apply would follow
+        job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
         lines.append(f"{node}: failed Job acknowledged; fleet step will not retry it")
 
 

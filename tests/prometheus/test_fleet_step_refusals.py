@@ -186,6 +186,60 @@ def test_the_first_wave_is_one_job_created_after_its_dry_run(world: Any) -> None
     assert jobs(cp) == ["ipvs-leftovers-cleanup-a1"]
 
 
+def test_a_failed_job_halts_until_acknowledged_and_is_not_retried(world: Any) -> None:
+    """After the first wave (the test above): a1's Job fails. Every step halts on it, creating
+    nothing, until the operator acknowledges it with --ack (only --apply writes that down);
+    then the waves go on, one node at a time again, and never give a1 another Job."""
+    cp, _ = world
+    name = "ipvs-leftovers-cleanup-a1"
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # What the Job controller writes when a Job's backoff is exhausted (none runs here); the
+    # API server's status validation takes it only with FailureTarget first.
+    verdict = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+               "message": "Job has reached the specified backoff limit",
+               "lastTransitionTime": at, "lastProbeTime": at}  # fmt: skip
+    status = {"status": {"startTime": at, "failed": 1, "conditions": [
+        {**verdict, "type": "FailureTarget"}, verdict]}}  # fmt: skip
+    cp.kubectl(
+        "-n", NS, "patch", "job", name, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+    before = jobs(cp)
+
+    code, _, err = step(world, "--apply", "--cluster", "lab")
+    assert (code, err) == (
+        3,
+        "ipvs-leftovers: fleet step stopped: halted: the cleanup Job failed on a1 (read its "
+        "log, then --ack NODE)",
+    )
+    code, _, err = step(world, "--apply", "--cluster", "lab", "--ack", "a2")
+    assert (code, err) == (
+        4,
+        "ipvs-leftovers: fleet step refused: --ack a2: no failed fleet Job for that node",
+    )
+    code, out, err = step(world, "--cluster", "lab", "--ack", "a1", "--json")  # plan only
+    assert code == 0, err
+    assert json.loads(out)["lines"][0] == (
+        "a1: failed Job acknowledged; fleet step will not retry it"
+    )
+    assert jobs(cp) == before
+
+    def annotations() -> dict[str, str]:
+        job = json.loads(cp.kubectl("-n", NS, "get", "job", name, "-o", "json"))
+        return dict(job["metadata"].get("annotations") or {})
+
+    assert "ipvs-leftovers.io/acknowledged" not in annotations()
+    code, out, err = step(world, "--apply", "--cluster", "lab", "--ack", "a1", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert annotations()["ipvs-leftovers.io/acknowledged"] == "true"
+    assert (doc["wave"], doc["created"]) == (2, ["a2"])  # back to one node after the halt
+    assert sorted(jobs(cp)) == ["ipvs-leftovers-cleanup-a1", "ipvs-leftovers-cleanup-a2"]
+    code, out, err = step(world, "--apply", "--cluster", "lab", "--json")  # no --ack now
+    assert code == 0, err
+    assert json.loads(out)["lines"] == ["wave 2: 1 Job(s) still running (a2)"]
+
+
 def test_a_daemonset_running_auto_cleanup_is_refused(world: Any) -> None:
     cp, _ = world
     patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
