@@ -96,7 +96,7 @@ def _family_name(number: int) -> NftFamily | int:
 
 
 def _number(family: NftFamily | int) -> int:
-    return family if isinstance(family, int) else _number(family)
+    return family if isinstance(family, int) else _FAMILY_NUMBERS[family]
 
 
 def _read(detail: bool) -> tuple[NftTable, ...]:
