@@ -114,3 +114,15 @@ def test_nftables_kernel_ready_is_exported_from_the_kernel_release() -> None:
     assert _all(snap)["ipvs_leftovers_nftables_kernel_ready"] == 1  # 6.1.0
     old = dataclasses.replace(snap, kernel=Reading("ok", Kernel(release="5.10.0-28-amd64")))
     assert _all(old)["ipvs_leftovers_nftables_kernel_ready"] == 0
+
+
+def test_every_exported_series_is_in_the_contract() -> None:
+    """docs/contract.md#metrics is the one list of metrics: a new series must be written there."""
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "contract.md").read_text()
+    snap = snapshot(kp=kube_proxy("nftables"))
+    col = Collection(snap, classify(snap, NOW), 0.0)
+    names = {s.name for fam in families(col) for s in fam.samples}
+    assert len(names) >= 19
+    assert sorted(n for n in names if f"`{n}`" not in text) == []
