@@ -114,7 +114,7 @@ class HistoryPrometheus:
                 self.proc.wait()
 
 
-def backfill(text: str | Path, workdir: Path) -> Path:
+def backfill(text: str | Path, workdir: Path, timeout: float = 600) -> Path:
     """`text` OpenMetrics, or a file holding it; the TSDB folder."""
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def backfill(text: str | Path, workdir: Path) -> Path:
         [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return data
@@ -135,10 +135,14 @@ def backfill(text: str | Path, workdir: Path) -> Path:
 
 @contextmanager
 def history_prometheus(
-    text: str | Path, workdir: Path, rule_for: str = "0s", lifetime: float = 900
+    text: str | Path,
+    workdir: Path,
+    rule_for: str = "0s",
+    lifetime: float = 900,
+    backfill_timeout: float = 600,
 ) -> Iterator[HistoryPrometheus]:
     workdir.mkdir(parents=True, exist_ok=True)
-    data = backfill(text, workdir)
+    data = backfill(text, workdir, backfill_timeout)
     rules = rules_file(workdir / "ipvs-leftovers.rules.yaml", rule_for)
     config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(rules)]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
