@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from agent.readers.ipvs_wire import PROTOCOL_NUMBERS
+
 if TYPE_CHECKING:  # restore's loader shares the word tables below without the dataclasses
     from agent.snapshot import IpvsDest, IpvsProtocol, IpvsService
 
@@ -30,7 +32,6 @@ PROTOCOL_OPTIONS: dict[IpvsProtocol | int, str] = {
     "UDP": "-u",
     "SCTP": "--sctp-service",
 }
-_PROTOCOL_NUMBERS: dict[IpvsProtocol | int, int] = {"TCP": 6, "UDP": 17, "SCTP": 132}
 _FWD_SWITCH = {"masq": "-m", "tunnel": "-i", "local": "-g", "route": "-g"}
 _TUN_NAMES = ("ipip", "gue", "gre")
 _TUN_FLAG_OPTS = ("--tun-nocsum", "--tun-csum", "--tun-remcsum")
@@ -71,7 +72,8 @@ def _cmp_words(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def _svc_fields(s: IpvsService) -> tuple[int, int, int, tuple[int, ...], int]:
-    proto = _PROTOCOL_NUMBERS.get(s.protocol, 0)
+    # a protocol without a name in the model sorts as 0, as it did when the numbers were here
+    proto = 0 if isinstance(s.protocol, int) else PROTOCOL_NUMBERS.get(s.protocol, 0)
     # a fwmark service's address is libipvs' zeroed union: four words for IPv6, as an address
     words = _words(s.address) if s.address else (0,) * (4 if s.family == 6 else 1)
     return (s.fwmark or 0, _AF[s.family], proto, words, s.port or 0)
