@@ -98,6 +98,7 @@ def start_fake_kube_proxy(
         if time.monotonic() > deadline:
             proc.kill()
             proc.wait()
-            raise TimeoutError("fake kube-proxy did not start listening in time")
+            err = log_path.read_text(errors="replace")[-1500:]
+            raise TimeoutError(f"fake kube-proxy did not start listening in time; its log: {err}")
         time.sleep(0.05)
     return FakeKubeProxy(netns, state_file, proc)

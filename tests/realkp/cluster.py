@@ -42,6 +42,12 @@ KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 MANAGER = "ipvs-leftovers-tests"
 
 
+def last_lines(text: str, lines: int = 6, chars: int = 1500) -> str:
+    """The end of a program's output, on one line: what a wait reports when it gives up."""
+    tail = [line.strip() for line in text.strip().splitlines()[-lines:]]
+    return " | ".join(tail)[-chars:] or "(no output)"
+
+
 def control_plane_dir(net: NodeNet) -> Path:
     """Where the host's launcher wrote this node's control plane (kubeconfigs, CA, ports)."""
     base = Path(os.environ.get("VM_OUT", "/tmp")) / "control-plane"
@@ -133,16 +139,31 @@ class RealAPI:
         return p.stdout
 
     def wait_ready(self, timeout: float = 300.0) -> None:
+        """Until the API server answers `ok` on /readyz through kubectl, as the tests reach it.
+        Gives up with the last answer seen (kubectl's exit code and the end of its stderr, or
+        the body /readyz sent): a wait that only says "not ready" hides its cause (issue 37)."""
         deadline = time.monotonic() + timeout
-        last = ""
+        last = "no answer yet"
         while time.monotonic() < deadline:
+            cmd = [KUBECTL, f"--kubeconfig={self.dir / 'guest-admin.kubeconfig'}"]
             try:
-                if self.kubectl("get", "--raw", "/readyz", check=False).strip() == "ok":
+                p = subprocess.run(
+                    [*cmd, "get", "--raw", "/readyz?verbose"],
+                    capture_output=True,
+                    text=True,
+                    timeout=max(1.0, min(60.0, deadline - time.monotonic())),
+                )
+            except subprocess.TimeoutExpired:
+                last = "kubectl get --raw /readyz did not answer in time"
+            else:
+                if p.returncode == 0 and p.stdout.rstrip().endswith("readyz check passed"):
                     return
-            except subprocess.TimeoutExpired as exc:
-                last = str(exc)
+                last = f"kubectl exit {p.returncode}: {last_lines(p.stderr or p.stdout)}"
             time.sleep(3)
-        raise RuntimeError(f"{self.net.ns}: the API server is not ready after {timeout}s {last}")
+        raise RuntimeError(
+            f"{self.net.ns}: the API server is not ready after {timeout}s; "
+            f"the guest's clock {time.strftime('%H:%M:%S', time.gmtime())} UTC; last: {last}"
+        )
 
     def kube_proxy_kubeconfig(self) -> str:
         """kube-proxy's kubeconfig (user system:kube-proxy), written by the launcher with the

@@ -37,34 +37,59 @@ def sh(args: list[str], stdin: str | None = None, check: bool = True) -> str:
     return p.stdout
 
 
+def made_once(d: Path, populate: Callable[[Path], None]) -> Path:
+    """Folder `d`, filled by `populate` exactly once however many threads or processes ask at
+    the same moment: each maker fills a private temporary folder and renames it into place, and
+    a maker that finds `d` already there (its rename refused) discards its own. A reader never
+    sees `d` half-filled, and a second maker cannot fail (issue 37: two nodes' threads met in a
+    check-then-create and one died of FileExistsError)."""
+    if d.is_dir():
+        return d
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = d.with_name(f".{d.name}-{os.getpid()}-{threading.get_ident()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        populate(tmp)
+        tmp.rename(d)  # atomic; refused (ENOTEMPTY/EEXIST) when another maker was first
+    except OSError:
+        if not d.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
 def tool_dir(backend: str, workdir: Path) -> Path:
     """A folder whose `iptables*` are the chosen backend: first on kube-proxy's PATH."""
-    d = workdir / f"bin-{backend}"
-    d.mkdir(parents=True, exist_ok=True)
-    for fam in ("iptables", "ip6tables"):
-        for suffix in ("", "-save", "-restore"):
-            link = d / f"{fam}{suffix}"
-            if not link.exists():
-                link.symlink_to(f"/usr/sbin/{fam}-{backend}{suffix}")
-    return d
+
+    def populate(tmp: Path) -> None:
+        for fam in ("iptables", "ip6tables"):
+            for suffix in ("", "-save", "-restore"):
+                (tmp / f"{fam}{suffix}").symlink_to(f"/usr/sbin/{fam}-{backend}{suffix}")
+
+    return made_once(workdir / f"bin-{backend}", populate)
 
 
 def path_without_modprobe(backend: str, workdir: Path) -> str:
     """kube-proxy's PATH on a node whose image has no `modprobe`: every program of /usr/sbin
     and /usr/bin but that one (kube-proxy finds its tools by name on PATH)."""
-    d = workdir / "bin-no-modprobe"
-    if not d.exists():
-        tmp = workdir / f".bin-no-modprobe-{os.getpid()}-{threading.get_ident()}"
-        tmp.mkdir(parents=True)
+
+    def populate(tmp: Path) -> None:
         for src in (Path("/usr/sbin"), Path("/usr/bin")):
             for prog in src.iterdir():
-                if prog.name != "modprobe" and not (tmp / prog.name).exists():
+                if prog.name != "modprobe" and not (tmp / prog.name).is_symlink():
                     (tmp / prog.name).symlink_to(prog)
-        try:
-            tmp.rename(d)
-        except OSError:  # another node's thread made it first
-            shutil.rmtree(tmp)
+
+    d = made_once(workdir / "bin-no-modprobe", populate)
     return f"{tool_dir(backend, workdir)}:{d}"
+
+
+def make_shared_tools(workdir: Path) -> None:
+    """Every folder the nodes share, made before their threads start (made_once would also
+    survive a race; making them first keeps the threads from racing at all)."""
+    for backend in ("legacy", "nft"):
+        path_without_modprobe(backend, workdir)
 
 
 @dataclass(frozen=True)
@@ -296,6 +321,7 @@ class KubeProxy:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    last_seen: str = "nothing read yet"  # what the last poll of a wait saw, for its give-up
 
     def args(self, mode: str, binary: Path | None = None) -> list[str]:
         kubeconfig = self.workdir / f"{self.net.ns}.kubeconfig"
@@ -362,11 +388,17 @@ class KubeProxy:
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"kube-proxy {self.mode} exited: {self.tail()}")
         families = self.families()
-        if self._sync_count() < len(families):
+        count = self._sync_count()
+        self.last_seen = f"{count:g} syncs of {len(families)} families"
+        if count < len(families):
             return False
-        if http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0] != 200:
+        code = http_get(self.net.ns, "http://127.0.0.1:10256/healthz")[0]
+        self.last_seen += f"; /healthz {code}"
+        if code != 200:
             return False
-        return all(self._family_synced(f) for f in families)
+        missing = [f for f in families if not self._family_synced(f)]
+        self.last_seen += f"; no last write yet of {missing}" if missing else ""
+        return not missing
 
     def families(self) -> tuple[str, ...]:
         """kube-proxy runs both families whenever ip6tables works, IPv4-only node or not."""
@@ -395,7 +427,10 @@ class KubeProxy:
                     self._wait_settled(deadline)
                 return took
             time.sleep(4)  # each poll starts processes: keep them rare under TCG
-        raise RuntimeError(f"kube-proxy {self.mode} not synced after {timeout}s: {self.tail()}")
+        raise RuntimeError(
+            f"kube-proxy {self.mode} not synced after {timeout}s; last seen: {self.last_seen}; "
+            f"its log: {self.tail()}"
+        )
 
     def _sync_count(self) -> float:
         """Syncs of every family so far (one metric for all of them in v1.30); 0 before any."""
@@ -428,7 +463,10 @@ class KubeProxy:
             failed = [line for line in self.tail(None).splitlines() if "Failed to" in line]
             print(f"{self.net.ns}: a resync changed the ipvs state; kube-proxy: {failed[-3:]}")
             state = now
-        raise RuntimeError(f"kube-proxy ipvs: the sets or IPVS still change: {self.tail()}")
+        raise RuntimeError(
+            f"kube-proxy ipvs: the sets or IPVS still change ({self._sync_count():g} syncs, "
+            f"{len(state.splitlines())} lines of sets and IPVS, changed by the last resync); {self.tail()}"
+        )
 
     def tail(self, chars: int | None = 3000) -> str:
         text = self.log.read_text(errors="replace") if self.log else ""

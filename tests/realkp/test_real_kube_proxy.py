@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.realkp import state as st
-from tests.realkp.node import NodeNet, save_json
+from tests.realkp.node import NodeNet, make_shared_tools, save_json
 from tests.realkp.nodes import BY_NS, NODES, NodeSpec, minor
 from tests.realkp.pipeline import AgentRun, NodeRun, Scenario, record, run_node
 
@@ -54,6 +54,7 @@ def runs(
     # tests then fail); scripts/test never sets it.
     only = os.environ.get("IPVS_LEFTOVERS_REALKP_NODES", "").split(",")
     nodes = [n for n in NODES if n.ns in only] if only != [""] else NODES
+    make_shared_tools(work)  # before the threads: nothing they share is made by two of them
     with ThreadPoolExecutor(len(nodes)) as pool:
         done = list(pool.map(lambda n: run_node(n, work, sctp), nodes))
     for run in done:
