@@ -9,7 +9,10 @@ exit code comes back.
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,3 +54,50 @@ def test_cached_root_is_the_hosts_page_cached_and_read_only(tmp_path: Path) -> N
     assert not (REPO / "vm-run-probe").exists()
     assert lines["python"] == str(REPO / ".venv/bin/python")
     assert p.stdout.splitlines().count("1") == 1  # lo in the new namespace
+
+
+def test_user_net_is_up_when_cmd_starts_on_a_loaded_host(tmp_path: Path) -> None:
+    """--user-net: CMD's first instruction reaches the host's loopback at 10.0.2.2, with the
+    host's cores busy as in scripts/test (the control planes and the build beside the VM).
+
+    Issue 37: virtme-ng's init ran DHCP beside CMD; on a loaded host CMD started with no network
+    at all ("Device eth0 does not exist", no route), and the real-kube-proxy tier waited 300 s
+    for API servers it could never reach."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(600)
+    port = server.getsockname()[1]
+    accepted: list[bytes] = []
+
+    def accept() -> None:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            accepted.append(conn.recv(64))
+
+    threading.Thread(target=accept, daemon=True).start()
+    guest = (
+        "exec 3<>/dev/tcp/10.0.2.2/$1 && echo from-guest >&3 && echo connected; "
+        'ip -4 -o addr show | awk \'$2 != "lo" {print "addr=" $4}\''
+    )
+    burners = [
+        subprocess.Popen(["timeout", "500", "sh", "-c", "while :; do :; done"])
+        for _ in range(2 * (os.cpu_count() or 2))
+    ]
+    try:
+        p = subprocess.run(
+            [str(REPO / "scripts/vm-run"), "--user-net", "--out", str(tmp_path), "--"]
+            + ["bash", "-c", guest, "guest", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        server.close()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ["connected", "addr=10.0.2.15/24"]
+    assert accepted == [b"from-guest\n"]
