@@ -39,9 +39,9 @@ from lab import build
 from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.model import Node
 from tests.conftest import AGENT, REPO
-from tests.control_plane import ControlPlane, free_port
-from tests.prometheus.fleet import PROMETHEUS, rules_file
-from tests.prometheus.history import backfill
+from tests.control_plane import ControlPlane
+from tests.prometheus.fleet import rules_file
+from tests.prometheus.history import backfill, start_prometheus
 from tests.relay import relay
 from tests.serving import serving
 
@@ -300,26 +300,9 @@ def _start_prometheus(
         }],
     }  # fmt: skip
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    lab.prom_url = f"http://127.0.0.1:{port}"
-    log = (work / "prometheus.log").open("wb")
-    lab.prometheus = subprocess.Popen(
-        ["timeout", "-s", "TERM", f"{lifetime:g}", str(PROMETHEUS)]
-        + [f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={data}"]
-        + ["--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}"]
-        + ["--log.level=warn"],
-        stdout=log,
-        stderr=log,
+    lab.prometheus, lab.prom_url = start_prometheus(
+        work / "prometheus.yml", data, work / "prometheus.log", lifetime
     )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            lab.api("/api/v1/status/runtimeinfo")
-            return
-        except OSError:
-            if lab.prometheus.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((work / "prometheus.log").read_text()[-3000:]) from None
-            time.sleep(0.3)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ A node's history is a function of time giving its series' values (None: no sampl
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.control_plane import free_port
 from tests.prometheus.fleet import PROMETHEUS, rules_file
 
 PROMTOOL = PROMETHEUS.with_name("promtool")
@@ -80,10 +80,45 @@ def openmetrics(nodes: list[NodeHistory], start: float, end: float, step: float)
     return "\n".join(lines) + "\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def start_prometheus(
+    config: Path, data: Path, log_path: Path, lifetime: float, ready_timeout: float = 60
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Debian's Prometheus on a free port of 127.0.0.1, answering its API: (process, URL).
+
+    A free port is only free until somebody binds it: when Prometheus finds its port taken it
+    exits, and it is started again on another (three tries). Ready means this process is alive
+    and the API answers, so another program on a reused port is never taken for it."""
+    for attempt in range(3):
+        port = free_port()
+        with log_path.open("ab") as log:
+            offset = log.tell()
+            proc = subprocess.Popen(
+                ["timeout", "-s", "TERM", f"{lifetime:g}", str(PROMETHEUS)]
+                + [f"--config.file={config}", f"--storage.tsdb.path={data}"]
+                + ["--storage.tsdb.retention.time=30d"]
+                + [f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdout=log,
+                stderr=log,
+            )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + ready_timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/status/runtimeinfo", timeout=5):
+                    pass
+            except OSError:
+                time.sleep(0.3)
+                continue
+            if proc.poll() is None:
+                return proc, url
+        said = log_path.read_bytes()[offset:].decode(errors="replace")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"Prometheus not answering after {ready_timeout:g}s: {said[-3000:]}")
+        if attempt == 2 or "address already in use" not in said:
+            raise RuntimeError(f"Prometheus exited {proc.returncode}: {said[-3000:]}")
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -146,29 +181,11 @@ def history_prometheus(
     rules = rules_file(workdir / "ipvs-leftovers.rules.yaml", rule_for)
     config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(rules)]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        ["timeout", "-s", "TERM", f"{lifetime:g}", str(PROMETHEUS)]
-        + [f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={data}"]
-        + ["--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}"]
-        + ["--log.level=warn"],
-        stdout=log,
-        stderr=log,
+    proc, url = start_prometheus(
+        workdir / "prometheus.yml", data, workdir / "prometheus.log", lifetime
     )
-    prom = HistoryPrometheus(f"http://127.0.0.1:{port}", proc, workdir)
+    prom = HistoryPrometheus(url, proc, workdir)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError((workdir / "prometheus.log").read_text()[-3000:])
-            try:
-                prom.api("/api/v1/status/runtimeinfo")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
         yield prom
     finally:
         prom.stop()
