@@ -101,7 +101,7 @@ def fleet() -> None:
     Exit codes (docs/exit-codes.md): 0 done, 3 paused or halted (firing alerts, a failed Job
     not acknowledged, a node not clean after its Job, the Lease held elsewhere: nothing
     created), 4 refused (Prometheus or the API unusable, an ambiguous scope, a node the API
-    server does not know, two actors, admission: nothing created)."""
+    server does not know whose agent is live, two actors, admission: nothing created)."""
 
 
 def _prometheus(kw: dict[str, Any]) -> Any:

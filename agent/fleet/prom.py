@@ -169,9 +169,8 @@ class _Exchange:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
             raise PromError(f"{what}: no answer within {timeout:g}s")
-        if self.error is not None:
-            raise _one_line(self.error, timeout, what) from None
-        assert self.answer is not None  # the worker sets one of the two
+        if self.answer is None:  # the worker set the error instead
+            raise _one_line(self.error or RuntimeError("no answer"), timeout, what) from None
         return self.answer
 
 
