@@ -120,17 +120,30 @@ def _prometheus(kw: dict[str, Any]) -> Any:
 
 @fleet.command()
 @prometheus_options
+@click.option(
+    "--namespace",
+    default="ipvs-leftovers",
+    show_default=True,
+    help="The agent's namespace: only its pods' series are read (`fleet step` asks the API).",
+)
+@click.option(
+    "--daemonset",
+    default="ipvs-leftovers",
+    show_default=True,
+    help="The agent's DaemonSet: only its pods' series (`pod` NAME-xxxxx) are read.",
+)
 def status(**kw: Any) -> None:
     """Each node of the cluster, eligible or the first check it fails."""
     from agent import exitcodes
     from agent.fleet.eligibility import Params, evaluate
-    from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
+    from agent.fleet.status import AgentPods, Refusal, describe_alert, firing_alerts, read_fleet
 
     prom = _prometheus(kw)
     at = time.time()
     params = Params(kw["hold_down"], kw["max_gap"], kw["freshness"])
+    agent = AgentPods(kw["namespace"], kw["daemonset"])
     try:
-        reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap)
+        reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap, agent)
         alerts = firing_alerts(prom, reading.cluster, kw["ignore_alerts"])
     except Refusal as exc:
         common.fail(f"fleet status refused: {exc}", exc.code)

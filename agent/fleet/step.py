@@ -30,7 +30,7 @@ from agent.cleanup.job import NODE_LABEL, manifest
 from agent.fleet import kube
 from agent.fleet.eligibility import NO_SAMPLE_YET, NodeData, Params, clean_after, evaluate
 from agent.fleet.prom import Prometheus
-from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
+from agent.fleet.status import AgentPods, Refusal, describe_alert, firing_alerts, read_fleet
 
 FLEET_LABEL = "ipvs-leftovers.io/fleet"  # on the Jobs fleet step creates: the Lease's name
 WAVE_ANNOTATION = "ipvs-leftovers.io/wave"
@@ -209,7 +209,7 @@ def step(prom: Prometheus, api: Any, o: Options, now: float) -> Outcome:
     if o.apply:
         lease, size = _take_lease(k, ns, o)
     try:
-        return _step(prom, k, o, now, ns, ds.image, lines, size, lease)
+        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds.image, lines, size, lease)
     except Refusal as exc:
         if lease is not None and not str(exc).startswith(f"Lease {ns}/"):
             # any pause or halt: the next wave is 1 again
@@ -222,13 +222,14 @@ def _step(
     k: Kube,
     o: Options,
     now: float,
-    ns: str,
+    agent: AgentPods,
     image: str,
     lines: list[str],
     size: int,
     lease: dict[str, Any] | None,
 ) -> Outcome:
-    reading = read_fleet(prom, now, o.cluster, o.params.hold_down, o.params.max_gap)
+    ns = agent.namespace
+    reading = read_fleet(prom, now, o.cluster, o.params.hold_down, o.params.max_gap, agent)
     _pause_on_alerts(prom, reading.cluster, o)
     nodes = _known_nodes(k, reading.nodes, o, now, lines)
     by_node, wave = _fleet_jobs(k, ns, o)
