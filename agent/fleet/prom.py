@@ -137,9 +137,9 @@ class Prometheus:
 
 class _Exchange:
     """One request and its whole answer under one deadline. A socket timeout is per read: an
-    answer dripping a byte at a time never meets it (issue 31 row 14). So a worker thread does
-    the exchange (connect, TLS, headers, body) and the caller waits for it `timeout` seconds in
-    all, then shuts the socket down, which ends the worker's read at once."""
+    answer dripping a byte at a time never meets it. So a worker thread does the exchange
+    (connect, TLS, headers, body) and the caller waits for it `timeout` seconds in all, then
+    shuts the socket down, which ends the worker's read at once."""
 
     def __init__(
         self, conn: http.client.HTTPConnection, method: str, target: str, headers: dict[str, str]

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.fleet.eligibility import NodeData
+from agent.fleet.eligibility import NodeData, Params, evaluate
 from agent.fleet.prom import Labels, PromError, Prometheus
 
 JOB = "ipvs-leftovers"
@@ -56,7 +56,7 @@ class AgentPods:
     the PodMonitor and daemonset/plain give every target (`namespace`, `pod`). A target
     elsewhere relabelled to job="ipvs-leftovers" and some node's name (a PodMonitor in another
     namespace, a copied scrape config) is not read: taken with the others' `max`, it would make
-    a node whose agent is down look fresh (issue 31 row 16, docs/threat-model.md)."""
+    a node whose agent is down look fresh (docs/threat-model.md)."""
 
     namespace: str = "ipvs-leftovers"
     daemonset: str = "ipvs-leftovers"
@@ -137,6 +137,25 @@ def read_fleet(
     scope = cluster if cluster is not None else clusters[0]
     nodes = {node: _node(c, node, v) for (c, node), v in sorted(values.items())}
     return Reading(at, scope, nodes, queries=len(queries) + asked)
+
+
+def deleted_nodes(
+    seen: dict[str, NodeData], known: set[str], params: Params, now: float
+) -> list[str]:
+    """The nodes Prometheus has history of and the API server no Node: deleted during the
+    hold-down (the autoscaler, an upgrade: their series answer its range queries for hours),
+    to be skipped. Refusal (exit 4) when such a node's agent is live (not failing `fresh`):
+    those are the series of a node of another cluster, not of a deleted one."""
+    unknown = sorted(set(seen) - known)
+    live = [n for n in unknown if evaluate(seen[n], params, now).check != "fresh"]
+    if live:
+        more = f" and {len(live) - 3} more" if len(live) > 3 else ""
+        raise Refusal(
+            f"Prometheus knows node(s) the API server does not: {', '.join(live[:3])}{more} "
+            "(another cluster's? give --cluster)",
+            4,
+        )
+    return unknown
 
 
 def _by_node(samples: list[tuple[Labels, float]]) -> Iterator[tuple[Key, float]]:

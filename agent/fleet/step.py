@@ -30,7 +30,14 @@ from agent.cleanup.job import NODE_LABEL, manifest
 from agent.fleet import kube
 from agent.fleet.eligibility import NO_SAMPLE_YET, NodeData, Params, clean_after, evaluate
 from agent.fleet.prom import Prometheus
-from agent.fleet.status import AgentPods, Refusal, describe_alert, firing_alerts, read_fleet
+from agent.fleet.status import (
+    AgentPods,
+    Refusal,
+    deleted_nodes,
+    describe_alert,
+    firing_alerts,
+    read_fleet,
+)
 
 FLEET_LABEL = "ipvs-leftovers.io/fleet"  # on the Jobs fleet step creates: the Lease's name
 WAVE_ANNOTATION = "ipvs-leftovers.io/wave"
@@ -278,24 +285,13 @@ def _pause_on_alerts(prom: Prometheus, cluster: str | None, o: Options) -> None:
 def _known_nodes(
     k: Kube, seen: dict[str, NodeData], o: Options, now: float, lines: list[str]
 ) -> dict[str, dict[str, Any]]:
-    """The API server's Nodes by name. A node Prometheus has history of and the API server no
-    Node is deleted (the autoscaler, an upgrade: its series answer the hold-down's range queries
-    for hours) when its agent is not live: reported, and skipped. REFUSED when its agent is
-    live: those are series of a node of another cluster, not a deleted one."""
+    """The API server's Nodes by name; a deleted node Prometheus still has history of is
+    reported and skipped, a live agent's node the API server does not know refuses."""
     nodes = {
         n["metadata"]["name"]: n
         for n in k.serialize(k.call("listing Nodes", k.core.list_node)).get("items", [])
     }
-    unknown = sorted(set(seen) - set(nodes))
-    live = [n for n in unknown if evaluate(seen[n], o.params, now).check != "fresh"]
-    if live:
-        more = f" and {len(live) - 3} more" if len(live) > 3 else ""
-        raise Refusal(
-            f"Prometheus knows node(s) the API server does not: {', '.join(live[:3])}{more} "
-            "(another cluster's? give --cluster)",
-            REFUSED,
-        )
-    lines += [f"{n}: {DELETED}" for n in unknown]
+    lines += [f"{n}: {DELETED}" for n in deleted_nodes(seen, set(nodes), o.params, now)]
     return nodes
 
 

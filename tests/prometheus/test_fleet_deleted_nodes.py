@@ -1,13 +1,14 @@
 """A node deleted during the hold-down (the autoscaler, an upgrade) keeps answering the
 hold-down's range queries for hours: `fleet step` reports it "deleted (skipped)" and goes on
 with the others, also when the node had a Job of an earlier wave; a node whose agent is live
-and that the API server does not know still refuses (another cluster's series). Issue 31 row 10.
+and that the API server does not know still refuses (another cluster's series).
 
 The real Prometheus on backfilled history; the API side is tests/kube_stub.py (a step without
 --apply only lists: DaemonSets, Nodes, Jobs), as tests/unit/test_fleet_step_api_errors.py."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -112,4 +113,38 @@ def test_a_live_agent_on_a_node_the_api_server_does_not_know_still_refuses(
     assert err == (
         "ipvs-leftovers: fleet step refused: Prometheus knows node(s) the API server does not: "
         "a2 (another cluster's? give --cluster)"
+    )
+
+
+def status(prom: HistoryPrometheus, stub: Stub, tmp: Path, *args: str) -> tuple[int, str, str]:
+    with kube_stub(stub):
+        r = CliRunner().invoke(
+            main,
+            ["fleet", "status", "--prometheus-url", prom.url, *ARGS, *args,
+             "--kubeconfig", str(stub.kubeconfig(tmp / "kubeconfig"))],
+        )  # fmt: skip
+    return r.exit_code, r.stdout, r.stderr.strip()
+
+
+def test_fleet_status_with_the_api_shows_deleted_nodes(
+    prom: HistoryPrometheus, tmp_path: Path
+) -> None:
+    code, out, err = status(prom, Stub(nodes=[node("a1"), node("a2")]), tmp_path)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "a1            eligible",
+        "a2            eligible",
+        "gone          deleted (skipped): no Node in the API server",
+        "gone-in-wave  deleted (skipped): no Node in the API server",
+        "cluster 'lab': 4 nodes, 2 eligible, 0 clean, 0 waiting, 2 deleted",
+    ]
+    code, out, err = status(prom, Stub(nodes=[node("a1"), node("a2")]), tmp_path, "--json")
+    got = {n["node"]: (n["eligible"], n["check"]) for n in json.loads(out)["nodes"]}
+    assert got == {"a1": (True, ""), "a2": (True, ""), "gone": (False, "deleted"),
+                   "gone-in-wave": (False, "deleted")}  # fmt: skip
+    code, out, err = status(prom, Stub(nodes=[node("a1")]), tmp_path)
+    assert (code, out) == (4, "")
+    assert err == (
+        "ipvs-leftovers: fleet status refused: Prometheus knows node(s) the API server does "
+        "not: a2 (another cluster's? give --cluster)"
     )

@@ -1,7 +1,7 @@
 """The fleet reads only series of the agent's own pods: `namespace` the DaemonSet's, `pod` one
 of its pods. A second scrape target relabelled to job="ipvs-leftovers" and another node's name
 (a PodMonitor elsewhere, a copied scrape config) must not make a node whose agent is down look
-fresh, and so eligible (issue 31 row 16; docs/operations.md, docs/threat-model.md).
+fresh, and so eligible (docs/operations.md, docs/threat-model.md).
 
 The real Prometheus on backfilled history; the API side of `fleet step` is tests/kube_stub.py
 (a step without --apply only lists)."""

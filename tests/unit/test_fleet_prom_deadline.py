@@ -1,6 +1,6 @@
 """`--prometheus-timeout` is one deadline per query, not per read: a Prometheus (or anything on
 its address) that drips its answer one byte a second is cut at the deadline, in the headers or
-in the body, with one line and exit 4 (issue 31 row 14)."""
+in the body, with one line and exit 4."""
 
 from __future__ import annotations
 
