@@ -41,7 +41,7 @@ from lab.model import Node
 from tests.conftest import AGENT, REPO
 from tests.control_plane import ControlPlane
 from tests.prometheus.fleet import rules_file
-from tests.prometheus.history import backfill, start_prometheus
+from tests.prometheus.history import AGENT_NAMESPACE, agent_pod, backfill, start_prometheus
 from tests.relay import relay
 from tests.serving import serving
 
@@ -294,7 +294,9 @@ def _start_prometheus(
         "scrape_configs": [{
             "job_name": "ipvs-leftovers",
             "static_configs": [
-                {"targets": [f"127.0.0.1:{n.port}"], "labels": {"node": n.name, "cluster": "lab"}}
+                {"targets": [f"127.0.0.1:{n.port}"],
+                 "labels": {"node": n.name, "cluster": "lab", "namespace": AGENT_NAMESPACE,
+                            "pod": agent_pod(n.name)}}
                 for n in lab.nodes.values()
             ],
         }],

@@ -1,6 +1,6 @@
 """A stand-in for the Kubernetes API, for the operator commands' unit tests: answers the
-DaemonSet lists the official client makes, with whatever status a test sets, and records every
-request. (The end-to-end tests use the real kube-apiserver: tests/control_plane.py.)"""
+lists the official client makes (DaemonSets, Nodes, Jobs: what a `fleet step` without --apply
+reads), with whatever status a test sets, and records every request. (The end-to-end tests use the real kube-apiserver: tests/control_plane.py.)"""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def daemonset(namespace: str, image: str, args: list[str] | None = None) -> dict
 @dataclass
 class Stub:
     daemonsets: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
     requests: list[str] = field(default_factory=list)
     url: str = ""
@@ -59,6 +61,11 @@ class Stub:
             )
         )
         return path
+
+
+def _list(kind: str, api_version: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": api_version, "items": items,
+            "metadata": {"resourceVersion": "1"}}  # fmt: skip
 
 
 @contextmanager
@@ -85,6 +92,12 @@ def kube_stub(stub: Stub) -> Iterator[Stub]:
                 items = [d for d in stub.daemonsets if ns in (None, d["metadata"]["namespace"])]
                 body = {"kind": "DaemonSetList", "apiVersion": "apps/v1", "items": items,
                         "metadata": {"resourceVersion": "1"}}  # fmt: skip
+            elif path == "/api/v1/nodes":
+                body = _list("NodeList", "v1", stub.nodes)
+            elif path.startswith("/apis/batch/v1/namespaces/") and path.endswith("/jobs"):
+                ns = path.split("/")[5]
+                items = [j for j in stub.jobs if j["metadata"]["namespace"] == ns]
+                body = _list("JobList", "batch/v1", items)
             else:
                 body = {"kind": "Status", "code": 404, "message": "not here"}
                 self._send(404, body)

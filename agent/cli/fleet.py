@@ -101,7 +101,7 @@ def fleet() -> None:
     Exit codes (docs/exit-codes.md): 0 done, 3 paused or halted (firing alerts, a failed Job
     not acknowledged, a node not clean after its Job, the Lease held elsewhere: nothing
     created), 4 refused (Prometheus or the API unusable, an ambiguous scope, a node the API
-    server does not know, two actors, admission: nothing created)."""
+    server does not know whose agent is live, two actors, admission: nothing created)."""
 
 
 def _prometheus(kw: dict[str, Any]) -> Any:
@@ -120,23 +120,48 @@ def _prometheus(kw: dict[str, Any]) -> Any:
 
 @fleet.command()
 @prometheus_options
+@click.option(
+    "--namespace",
+    default="ipvs-leftovers",
+    show_default=True,
+    help="The agent's namespace: only its pods' series are read (`fleet step` asks the API).",
+)
+@click.option(
+    "--daemonset",
+    default="ipvs-leftovers",
+    show_default=True,
+    help="The agent's DaemonSet: only its pods' series (`pod` NAME-xxxxx) are read.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also list the Nodes (needs the fleet extra): a node Prometheus has history of and "
+    "the API server no Node is shown deleted, as `fleet step` skips it.",
+)
+@click.option("--context", default=None, help="The kubeconfig context (with --kubeconfig).")
 def status(**kw: Any) -> None:
     """Each node of the cluster, eligible or the first check it fails."""
     from agent import exitcodes
-    from agent.fleet.eligibility import Params, evaluate
-    from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
+    from agent.fleet.eligibility import Params, Verdict, evaluate
+    from agent.fleet.status import AgentPods, Refusal, describe_alert, firing_alerts, read_fleet
 
     prom = _prometheus(kw)
     at = time.time()
     params = Params(kw["hold_down"], kw["max_gap"], kw["freshness"])
+    agent = AgentPods(kw["namespace"], kw["daemonset"])
     try:
-        reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap)
+        reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap, agent)
+        deleted = _deleted(kw, reading.nodes, params, at)
         alerts = firing_alerts(prom, reading.cluster, kw["ignore_alerts"])
     except Refusal as exc:
         common.fail(f"fleet status refused: {exc}", exc.code)
-    verdicts = [evaluate(d, params, at) for d in reading.nodes.values()]
-    eligible = [v for v in verdicts if v.eligible]
-    clean = [v for v in verdicts if v.clean]
+    verdicts = [
+        Verdict(d.cluster, d.node, False, "deleted", "no Node in the API server")
+        if d.node in deleted
+        else evaluate(d, params, at)
+        for d in reading.nodes.values()
+    ]
     if kw["as_json"]:
         doc = {
             "cluster": reading.cluster,
@@ -149,19 +174,43 @@ def status(**kw: Any) -> None:
         }
         click.echo(json.dumps(doc, indent=2))
     else:
-        width = max((len(v.node) for v in verdicts), default=4)
-        for v in verdicts:
-            state = "eligible" if v.eligible else ("clean" if v.clean else "waiting")
-            detail = "" if v.eligible else f"  {v.check}: {v.why}"
-            click.echo(f"{v.node:<{width}}  {state:<8}{detail}")
-        scope = f"cluster {reading.cluster!r}" if reading.cluster else "the fleet"
-        click.echo(
-            f"{scope}: {len(verdicts)} nodes, {len(eligible)} eligible, {len(clean)} clean, "
-            f"{len(verdicts) - len(eligible) - len(clean)} waiting"
-        )
+        _print_status(verdicts, reading.cluster)
     if alerts:
         names = ", ".join(sorted({describe_alert(a) for a in alerts}))
         common.fail(f"paused: {len(alerts)} alert(s) firing: {names}", exitcodes.REFUSED)
+
+
+def _deleted(kw: dict[str, Any], seen: dict[str, Any], params: Any, at: float) -> list[str]:
+    """With --kubeconfig or --context: the nodes deleted from the API server (Refusal, exit 4,
+    when the API cannot be read or a live agent's node is unknown to it)."""
+    if kw["kubeconfig"] is None and kw["context"] is None:
+        return []
+    from agent.fleet import kube
+    from agent.fleet.status import Refusal, deleted_nodes
+
+    try:
+        known = kube.node_names(kube.api_client(kw["kubeconfig"], kw["context"]))
+    except kube.KubeError as exc:
+        raise Refusal(str(exc), 4) from None
+    return deleted_nodes(seen, known, params, at)
+
+
+def _print_status(verdicts: list[Any], cluster: str | None) -> None:
+    width = max((len(v.node) for v in verdicts), default=4)
+    counts = {"eligible": 0, "clean": 0, "waiting": 0, "deleted": 0}
+    for v in verdicts:
+        state = "eligible" if v.eligible else ("clean" if v.clean else "waiting")
+        counts["deleted" if v.check == "deleted" else state] += 1
+        detail = "" if v.eligible else f"  {v.check}: {v.why}"
+        if v.check == "deleted":  # as fleet step prints it
+            state, detail = "deleted", f"(skipped): {v.why}"
+        click.echo(f"{v.node:<{width}}  {state:<8}{detail}")
+    scope = f"cluster {cluster!r}" if cluster else "the fleet"
+    click.echo(
+        f"{scope}: {len(verdicts)} nodes, {counts['eligible']} eligible, {counts['clean']} clean, "
+        f"{counts['waiting']} waiting"
+        + (f", {counts['deleted']} deleted" if counts["deleted"] else "")
+    )
 
 
 @fleet.command()

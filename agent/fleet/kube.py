@@ -140,3 +140,12 @@ def agent_daemonset(api: Any, namespace: str | None = None) -> AgentDaemonSet:
         container.image,
         tuple([*(container.command or []), *(container.args or [])]),
     )
+
+
+def node_names(api: Any) -> set[str]:
+    """The names of the cluster's Nodes (one list; KubeError on failure)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    found = call("listing Nodes", core.list_node)
+    return {n.metadata.name for n in found.items or []}

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.fleet.eligibility import NodeData
+from agent.fleet.eligibility import NodeData, Params, evaluate
 from agent.fleet.prom import Labels, PromError, Prometheus
 
 JOB = "ipvs-leftovers"
@@ -50,6 +50,27 @@ def _duration(seconds: float) -> str:
     return f"{max(int(seconds), 1)}s"
 
 
+@dataclass(frozen=True)
+class AgentPods:
+    """Whose series the fleet reads: the pods of the agent's DaemonSet, by the target labels
+    the PodMonitor and daemonset/plain give every target (`namespace`, `pod`). A target
+    elsewhere relabelled to job="ipvs-leftovers" and some node's name (a PodMonitor in another
+    namespace, a copied scrape config) is not read: taken with the others' `max`, it would make
+    a node whose agent is down look fresh (docs/threat-model.md)."""
+
+    namespace: str = "ipvs-leftovers"
+    daemonset: str = "ipvs-leftovers"
+
+    def selector(self) -> str:
+        # a DaemonSet's pods are named NAME-xxxxx (generateName and five characters): not
+        # NAME-cleanup-NODE-xxxxx, the cleanup Jobs' pods in the same namespace
+        pods = _quote(re.escape(self.daemonset)) + "-[a-z0-9]{5}"
+        return f'namespace="{_quote(self.namespace)}",pod=~"{pods}"'
+
+    def __str__(self) -> str:
+        return f"DaemonSet {self.namespace}/{self.daemonset}"
+
+
 @dataclass
 class Reading:
     at: float
@@ -65,10 +86,11 @@ def read_fleet(
     cluster: str | None,
     hold_down: float,
     max_gap: float,
+    agent: AgentPods,
 ) -> Reading:
-    """Every node of the scoped cluster; Refusal (exit 4) on any Prometheus failure, an empty
-    answer, or several clusters without a scope."""
-    selector = f'job="{JOB}"'
+    """Every node of the scoped cluster, from the series of `agent`'s pods only; Refusal
+    (exit 4) on any Prometheus failure, an empty answer, or several clusters without a scope."""
+    selector = f'job="{JOB}",{agent.selector()}'
     if cluster is not None:
         selector += f',cluster="{_quote(cluster)}"'
     by = "by (cluster, node)"
@@ -101,7 +123,10 @@ def read_fleet(
             values[key]["coverage"] = share
     if not any("up" in v for v in values.values()):
         where = f" of cluster {cluster!r}" if cluster is not None else ""
-        raise Refusal(f"Prometheus has no {JOB} target{where} (an empty answer)", 4)
+        raise Refusal(
+            f"Prometheus has no {JOB} target{where} from the pods of {agent} (an empty answer)",
+            4,
+        )
     clusters = sorted({c for c, _ in values})
     if cluster is None and len(clusters) > 1:
         raise Refusal(
@@ -112,6 +137,25 @@ def read_fleet(
     scope = cluster if cluster is not None else clusters[0]
     nodes = {node: _node(c, node, v) for (c, node), v in sorted(values.items())}
     return Reading(at, scope, nodes, queries=len(queries) + asked)
+
+
+def deleted_nodes(
+    seen: dict[str, NodeData], known: set[str], params: Params, now: float
+) -> list[str]:
+    """The nodes Prometheus has history of and the API server no Node: deleted during the
+    hold-down (the autoscaler, an upgrade: their series answer its range queries for hours),
+    to be skipped. Refusal (exit 4) when such a node's agent is live (not failing `fresh`):
+    those are the series of a node of another cluster, not of a deleted one."""
+    unknown = sorted(set(seen) - known)
+    live = [n for n in unknown if evaluate(seen[n], params, now).check != "fresh"]
+    if live:
+        more = f" and {len(live) - 3} more" if len(live) > 3 else ""
+        raise Refusal(
+            f"Prometheus knows node(s) the API server does not: {', '.join(live[:3])}{more} "
+            "(another cluster's? give --cluster)",
+            4,
+        )
+    return unknown
 
 
 def _by_node(samples: list[tuple[Labels, float]]) -> Iterator[tuple[Key, float]]:

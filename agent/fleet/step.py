@@ -3,7 +3,8 @@ alone (stateless; a CronJob running it every few minutes is the controller).
 
     take the Lease -> the agent's DaemonSet (image, namespace; refuse if it auto-cleans)
     -> Prometheus (refuse if unusable; pause on firing alerts)
-    -> the nodes (refuse on a node the API server does not know)
+    -> the nodes (skip one deleted from the API server; refuse on a live agent's node the API
+       server does not know: another cluster's series)
     -> the fleet's Jobs: a failed one not acknowledged halts; a running one waits
     -> bake: every node whose Job completed is clean in samples newer than the completion
     -> the next wave: eligible nodes, not opted out, not being deleted, without a Job; its size
@@ -29,7 +30,14 @@ from agent.cleanup.job import NODE_LABEL, manifest
 from agent.fleet import kube
 from agent.fleet.eligibility import NO_SAMPLE_YET, NodeData, Params, clean_after, evaluate
 from agent.fleet.prom import Prometheus
-from agent.fleet.status import Refusal, describe_alert, firing_alerts, read_fleet
+from agent.fleet.status import (
+    AgentPods,
+    Refusal,
+    deleted_nodes,
+    describe_alert,
+    firing_alerts,
+    read_fleet,
+)
 
 FLEET_LABEL = "ipvs-leftovers.io/fleet"  # on the Jobs fleet step creates: the Lease's name
 WAVE_ANNOTATION = "ipvs-leftovers.io/wave"
@@ -38,6 +46,7 @@ SIZE_ANNOTATION = "ipvs-leftovers.io/next-wave-size"
 OPT_OUT_LABEL = "ipvs-leftovers.io/skip"  # a node labelled so (any value) is never chosen
 ZONE_LABEL = "topology.kubernetes.io/zone"
 PAUSED, REFUSED = 3, 4
+DELETED = "deleted (skipped): no Node in the API server"
 
 
 @dataclass
@@ -207,7 +216,7 @@ def step(prom: Prometheus, api: Any, o: Options, now: float) -> Outcome:
     if o.apply:
         lease, size = _take_lease(k, ns, o)
     try:
-        return _step(prom, k, o, now, ns, ds.image, lines, size, lease)
+        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds.image, lines, size, lease)
     except Refusal as exc:
         if lease is not None and not str(exc).startswith(f"Lease {ns}/"):
             # any pause or halt: the next wave is 1 again
@@ -220,19 +229,22 @@ def _step(
     k: Kube,
     o: Options,
     now: float,
-    ns: str,
+    agent: AgentPods,
     image: str,
     lines: list[str],
     size: int,
     lease: dict[str, Any] | None,
 ) -> Outcome:
-    reading = read_fleet(prom, now, o.cluster, o.params.hold_down, o.params.max_gap)
+    ns = agent.namespace
+    reading = read_fleet(prom, now, o.cluster, o.params.hold_down, o.params.max_gap, agent)
     _pause_on_alerts(prom, reading.cluster, o)
-    nodes = _known_nodes(k, reading.nodes)
+    nodes = _known_nodes(k, reading.nodes, o, now, lines)
     by_node, wave = _fleet_jobs(k, ns, o)
     # acknowledgements first: they are the operator's answer to an earlier halt
     _acknowledge(k, ns, o, by_node, lines)
-    running, baking = _unfinished(by_node, reading.nodes, now)
+    running, baking = _unfinished(
+        _on_nodes(by_node, nodes, reading.nodes, lines), reading.nodes, now
+    )
     if running or baking:
         if running:
             lines.append(f"wave {wave}: {len(running)} Job(s) still running ({', '.join(running)})")
@@ -270,20 +282,16 @@ def _pause_on_alerts(prom: Prometheus, cluster: str | None, o: Options) -> None:
         raise Refusal(f"paused: {len(alerts)} alert(s) firing: {names}", PAUSED)
 
 
-def _known_nodes(k: Kube, seen: dict[str, NodeData]) -> dict[str, dict[str, Any]]:
-    """The API server's Nodes by name; REFUSED when Prometheus sees a node it does not know."""
+def _known_nodes(
+    k: Kube, seen: dict[str, NodeData], o: Options, now: float, lines: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The API server's Nodes by name; a deleted node Prometheus still has history of is
+    reported and skipped, a live agent's node the API server does not know refuses."""
     nodes = {
         n["metadata"]["name"]: n
         for n in k.serialize(k.call("listing Nodes", k.core.list_node)).get("items", [])
     }
-    unknown = sorted(set(seen) - set(nodes))
-    if unknown:
-        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-        raise Refusal(
-            f"Prometheus knows node(s) the API server does not: {', '.join(unknown[:3])}{more} "
-            "(another cluster's? give --cluster)",
-            REFUSED,
-        )
+    lines += [f"{n}: {DELETED}" for n in deleted_nodes(seen, set(nodes), o.params, now)]
     return nodes
 
 
@@ -321,6 +329,19 @@ def _acknowledge(
         # without --apply too: the plan shown is the one --apply would follow
         job["metadata"].setdefault("annotations", {})[ACK_ANNOTATION] = "true"
         lines.append(f"{node}: failed Job acknowledged; fleet step will not retry it")
+
+
+def _on_nodes(
+    by_node: dict[str, dict[str, Any]],
+    nodes: dict[str, Any],
+    seen: dict[str, NodeData],
+    lines: list[str],
+) -> dict[str, dict[str, Any]]:
+    """The Jobs of nodes that still exist: a deleted node's Job never finishes (its Pod has no
+    node to run on) and its node is never sampled again, so it must not hold the waves."""
+    gone = sorted(set(by_node) - set(nodes))
+    lines += [f"{n}: {DELETED}" for n in gone if n not in seen]  # else reported already
+    return {n: job for n, job in by_node.items() if n in nodes}
 
 
 def _unfinished(
@@ -402,7 +423,7 @@ def _choose(
     for name in sorted(data):
         if len(chosen) >= size:
             break
-        if name in jobs or not evaluate(data[name], o.params, now).eligible:
+        if name in jobs or name not in nodes or not evaluate(data[name], o.params, now).eligible:
             continue
         meta = nodes[name].get("metadata") or {}
         labels = meta.get("labels") or {}

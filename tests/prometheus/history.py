@@ -9,6 +9,7 @@ A node's history is a function of time giving its series' values (None: no sampl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import time
@@ -39,12 +40,24 @@ SERIES = (
 Sample = dict[str, float | None]  # series name -> value at one time (None or missing: none)
 
 
+AGENT_NAMESPACE = "ipvs-leftovers"  # the base's (daemonset/kustomization.yaml)
+
+
+def agent_pod(node: str) -> str:
+    """The name of the agent's pod on `node`, as the DaemonSet `ipvs-leftovers` names it (its
+    name, a dash, five characters), the same on every call for one node."""
+    return f"ipvs-leftovers-{hashlib.sha1(node.encode()).hexdigest()[:5]}"
+
+
 @dataclass
 class NodeHistory:
     cluster: str
     node: str
     at: Callable[[float], Sample | None]  # None: the target did not exist then
     instance: str = ""  # default NODE.CLUSTER:9437; a live target's, to continue its series
+    # the target labels a PodMonitor and daemonset/plain give: the pod's namespace and name
+    namespace: str = AGENT_NAMESPACE
+    pod: str = ""  # default agent_pod(node)
 
 
 def steady(**values: float) -> Sample:
@@ -65,14 +78,17 @@ def steady(**values: float) -> Sample:
 
 def openmetrics(nodes: list[NodeHistory], start: float, end: float, step: float) -> str:
     times = [start + i * step for i in range(int((end - start) // step) + 1)]
-    samples = {n.node + "\0" + n.cluster: [(t, n.at(t)) for t in times] for n in nodes}
+    samples = [[(t, n.at(t)) for t in times] for n in nodes]
     lines = []
     for name in SERIES:
         lines.append(f"# TYPE {name} gauge")
-        for n in nodes:
+        for i, n in enumerate(nodes):
             instance = n.instance or f"{n.node}.{n.cluster}:9437"
-            labels = f'job="{JOB}",cluster="{n.cluster}",node="{n.node}",instance="{instance}"'
-            for t, sample in samples[n.node + "\0" + n.cluster]:
+            labels = (
+                f'job="{JOB}",cluster="{n.cluster}",node="{n.node}",instance="{instance}",'
+                f'namespace="{n.namespace}",pod="{n.pod or agent_pod(n.node)}"'
+            )
+            for t, sample in samples[i]:
                 value = None if sample is None else sample.get(name)
                 if value is not None:
                     lines.append(f"{name}{{{labels}}} {value:g} {t:.3f}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.fleet.prom import Prometheus
-from agent.fleet.status import read_fleet
+from agent.fleet.status import AgentPods, read_fleet
 from tests.conftest import AGENT
 from tests.prometheus.history import (
     HistoryPrometheus,
@@ -170,7 +170,7 @@ def test_the_gap_check_asked_an_hour_at_a_time_agrees_with_one_query_over_the_ho
     whole hold-down (a millisecond short, as each stretch is), gap or not."""
     client = Prometheus(prom.url)
     at = (T // 60 + 1) * 60  # on a step: a stretch's first step is on the one before's last
-    reading = read_fleet(client, at, "lab", 7200, 120)
+    reading = read_fleet(client, at, "lab", 7200, 120, AgentPods())
     present = (
         "max by (cluster, node) (count_over_time(ipvs_leftovers_nftables_mode_confirmed"
         '{job="ipvs-leftovers",cluster="lab"}[120s])) > 0'

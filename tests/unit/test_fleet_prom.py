@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.fleet.prom import PromError, Prometheus
-from agent.fleet.status import Refusal, firing_alerts, read_fleet
+from agent.fleet.status import AgentPods, Refusal, firing_alerts, read_fleet
 
 
 @contextmanager
@@ -80,15 +80,16 @@ def test_a_bad_answer_is_one_line(answer: Any, want: str) -> None:
             prom.query("up", 0)
         assert "\n" not in str(exc.value)
         with pytest.raises(Refusal) as refusal:
-            read_fleet(prom, time.time(), None, 3600, 120)
+            read_fleet(prom, time.time(), None, 3600, 120, AgentPods())
         assert refusal.value.code == 4
 
 
 def test_an_empty_answer_refuses() -> None:
     with server(lambda p: ok([])) as (url, _), pytest.raises(Refusal) as exc:
-        read_fleet(Prometheus(url), time.time(), "lab", 3600, 120)
+        read_fleet(Prometheus(url), time.time(), "lab", 3600, 120, AgentPods())
     assert (str(exc.value), exc.value.code) == (
-        "Prometheus has no ipvs-leftovers target of cluster 'lab' (an empty answer)",
+        "Prometheus has no ipvs-leftovers target of cluster 'lab' from the pods of DaemonSet "
+        "ipvs-leftovers/ipvs-leftovers (an empty answer)",
         4,
     )
 
