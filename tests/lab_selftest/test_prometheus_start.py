@@ -1,5 +1,5 @@
 """The Prometheus tiers start Debian's Prometheus on a port that was free a moment before
-(tests/prometheus/history.py `start_prometheus`); somebody may bind it first (issue 37: the test
+(tests/prometheus/history.py `start_prometheus`); somebody may bind it first (the test
 helpers' check-then-act shapes). Started on a taken port it exits, and is started again on
 another; what answers is the process that was started, never another program on the port."""
 

@@ -1,7 +1,7 @@
 """The real-kube-proxy tier's nodes share tool folders (tests/realkp/node.py); every node runs in a
 thread of its own, so the folders must come out whole however many threads make them at once.
 
-Issue 37: `tool_dir` checked `link.exists()` and then created the link; two legacy nodes met there
+On a fresh clone `tool_dir` checked `link.exists()` and then created the link; two legacy nodes met there
 and one died of FileExistsError, so the tier passed only when the threads happened not to meet.
 """
 

@@ -60,7 +60,7 @@ def test_user_net_is_up_when_cmd_starts_on_a_loaded_host(tmp_path: Path) -> None
     """--user-net: CMD's first instruction reaches the host's loopback at 10.0.2.2, with the
     host's cores busy as in scripts/test (the control planes and the build beside the VM).
 
-    Issue 37: virtme-ng's init ran DHCP beside CMD; on a loaded host CMD started with no network
+    A fresh clone's run: virtme-ng's init ran DHCP beside CMD; on a loaded host CMD started with no network
     at all ("Device eth0 does not exist", no route), and the real-kube-proxy tier waited 300 s
     for API servers it could never reach."""
     server = socket.create_server(("127.0.0.1", 0))

@@ -141,7 +141,7 @@ class RealAPI:
     def wait_ready(self, timeout: float = 300.0) -> None:
         """Until the API server answers `ok` on /readyz through kubectl, as the tests reach it.
         Gives up with the last answer seen (kubectl's exit code and the end of its stderr, or
-        the body /readyz sent): a wait that only says "not ready" hides its cause (issue 37)."""
+        the body /readyz sent): a wait that only says "not ready" hides its cause."""
         deadline = time.monotonic() + timeout
         last = "no answer yet"
         while time.monotonic() < deadline:

@@ -41,7 +41,7 @@ def made_once(d: Path, populate: Callable[[Path], None]) -> Path:
     """Folder `d`, filled by `populate` exactly once however many threads or processes ask at
     the same moment: each maker fills a private temporary folder and renames it into place, and
     a maker that finds `d` already there (its rename refused) discards its own. A reader never
-    sees `d` half-filled, and a second maker cannot fail (issue 37: two nodes' threads met in a
+    sees `d` half-filled, and a second maker cannot fail (a fresh clone's run: two nodes' threads met in a
     check-then-create and one died of FileExistsError)."""
     if d.is_dir():
         return d
