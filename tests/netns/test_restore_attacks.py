@@ -476,7 +476,7 @@ def test_a_jump_that_iptables_restore_reads_as_a_drop_is_refused(
             edit(c.bundle, name, lambda t: t.replace(old, SMUGGLED_DROP), again=False)
         assert SMUGGLED_DROP in (c.bundle / f"{stem}.restore").read_text()
         edit(c.bundle, "plan.json", lambda t: _plan_jump(t, f"{backend}/ipv4/filter", old))
-        refused(c, c.restore(), f"{stem}.restore")
+        refused(c, c.restore(), f"{stem}.restore", "not a kube-proxy jump")
 
 
 @pytest.mark.parametrize("backend", ["nft", "legacy"])
@@ -495,4 +495,4 @@ def test_a_rule_whose_only_jump_is_between_single_quotes_is_refused(
                 again=False,
             )
         rehash(c.bundle)
-        refused(c, c.restore(), f"{stem}.restore", "LOG")
+        refused(c, c.restore(), f"{stem}.restore", "target LOG")
