@@ -303,18 +303,11 @@ class _Block:
         self.jumps: list[tuple[str, int, str]] = []
 
 
-def _same_words(line: str, head: tuple[str, ...], text: str, where: str) -> None:
-    """The line is read by iptables-restore as it is checked here: its words are `head` and
-    then the rule's, with nothing iptables-save never writes (a quote left open, ...)."""
-    whole = iptables_save.split(line)
-    if whole.odd:
-        raise BundleError(f"{where}: {whole.odd}, which iptables-save never writes")
-    if whole.words != (*head, *iptables_save.split(text).words):
-        raise BundleError(f"{where}: iptables-restore would not read the chain name as written")
-
-
 def _rule(block: _Block, chain: str, text: str, where: str) -> None:
-    rule = iptables_save.parse_rule(chain, text)
+    try:
+        rule = iptables_save.checked_rule(("-A", chain), text)
+    except iptables_save.IptablesSaveError as exc:
+        raise BundleError(f"{where}: {exc}") from exc
     target = rule.target
     if (
         target is not None
@@ -329,8 +322,10 @@ def _jump(block: _Block, backend: Backend, family: Family, words: list[str], whe
     chain, pos, text = words[1], words[2], words[3] if len(words) > 3 else ""
     if chain not in BUILTIN_CHAINS or not pos.isdigit() or not 0 < int(pos) < 100_000:
         raise BundleError(f"{where}: -I only into a built-in chain at a position")
-    _same_words(" ".join(words), ("-I", chain, pos), text, where)
-    rule = iptables_save.parse_rule(chain, text)
+    try:
+        rule = iptables_save.checked_rule(("-I", chain, pos), text)
+    except iptables_save.IptablesSaveError as exc:
+        raise BundleError(f"{where}: {exc}") from exc
     # A bundle line stands alone: the chain it jumps to is judged by its name.
     finding = classify_rule(IptTable(backend, family, block.table, ()), rule, {})
     if finding is None or finding.owner not in KUBE_PROXY_CLASSES:
@@ -365,7 +360,6 @@ def _blocks(text: str, name: str, backend: Backend, family: Family) -> list[_Blo
             chain, _, rule = line[3:].partition(" ")
             if chain not in block.chains:
                 raise BundleError(f"{where}: rules only into the chains this file re-creates")
-            _same_words(line, ("-A", chain), rule, where)
             _rule(block, chain, rule, where)
             block.chains[chain].append(rule)
         elif words[0] == "-I" and len(words) >= 4:

@@ -87,6 +87,21 @@ def parse_rule(chain: str, text: str) -> IptRule:
     return IptRule(chain=chain, text=text, target=target, comment=comment, match_sets=tuple(sets))
 
 
+def checked_rule(head: tuple[str, ...], text: str) -> IptRule:
+    """The rule of the line `HEAD TEXT` of an untrusted file (a restore bundle: `-A CHAIN` or
+    `-I CHAIN POS` and the rule); IptablesSaveError unless iptables-restore reads the line
+    exactly as parse_rule reads it, as iptables-save could have written it."""
+    whole = split(" ".join((*head, text)))
+    if whole.odd:
+        raise IptablesSaveError(f"{whole.odd}, which iptables-save never writes")
+    words = split(text).words
+    if whole.words != (*head, *words):
+        raise IptablesSaveError(f"iptables-restore would not read {head[1]!r} as written")
+    if sum(w in JUMPS for w in words) > 1:  # iptables refuses it; a reader might take either
+        raise IptablesSaveError("more than one -j or -g")
+    return parse_rule(head[1], text)
+
+
 def parse(text: str, backend: Backend, family: Family) -> tuple[IptTable, ...]:
     """Every table in one iptables-save dump, chains in the order they are declared."""
     tables: list[IptTable] = []

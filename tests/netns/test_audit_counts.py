@@ -193,7 +193,7 @@ def test_nftables_mode_tables_match_the_nft_tool(netns: Callable[[], str]) -> No
             assert count == len(next(iter(obj.values())).get("elem", [])), name
 
 
-# --- iptables-save lines read as iptables-restore reads them (issue 31 rows 12, 13) -------
+# --- iptables-save lines read as iptables-restore reads them ---------------------
 
 
 def _load(ns: str, backend: str, text: str) -> None:

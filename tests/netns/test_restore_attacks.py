@@ -430,7 +430,7 @@ def test_restore_killed_at_every_step_boundary_is_completed_by_the_next(
             assert dump(c.ns) == c.before and c.arp() == ("1", "2"), f"after a kill at step {k}"
 
 
-# --- lines iptables-restore reads otherwise than a POSIX shell (issue 31 rows 1, 2) -------
+# --- lines iptables-restore reads otherwise than a POSIX shell ---------------------
 
 # iptables-restore quotes with double quotes only: the single quotes here are plain characters,
 # so it reads `-p tcp --dport 22 -j DROP` and four comments, where a shell reads a jump into

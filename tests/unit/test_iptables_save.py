@@ -49,7 +49,7 @@ def test_malformed_input_raises(text: str) -> None:
 
 
 # Each line as real iptables-restore 1.8.9 read it: loaded by it into a namespace (both
-# backends), its rule read back from iptables-save (issue 31).
+# backends), its rule read back from iptables-save.
 READ_BY_IPTABLES_RESTORE = [
     ("-i cni'0 -j ACCEPT", ("-i", "cni'0", "-j", "ACCEPT")),
     ("-i ext\\ -j KUBE-MARK-MASQ", ("-i", "ext\\", "-j", "KUBE-MARK-MASQ")),

@@ -228,7 +228,7 @@ def test_a_file_the_plan_needs_is_missing() -> None:
         check(bundle)
 
 
-def _both(rule: str) -> dict[str, bytes]:
+def with_rule(rule: str) -> dict[str, bytes]:
     """The bundle with `-A KUBE-FORWARD RULE` in .restore and .save alike, as an attacker who
     can write the folder makes it."""
     line = f"-A KUBE-FORWARD {rule}\n"
@@ -247,6 +247,7 @@ def _both(rule: str) -> dict[str, bytes]:
         # iptables-restore: comments "'x" and "y'", and -j LOG
         ("-m comment --comment 'x -j LOG -m comment --comment y'", "target LOG"),
         ("-p tcp --ju LOG", "target LOG"),  # getopt_long: --jump
+        ("-j ACCEPT -m comment --comment x --go KUBE-FORWARD", "more than one -j or -g"),
         ('-m comment --comment "x"-j LOG', "closing quote"),
         ('-m comment --comment "x -j ACCEPT', "never closed"),
         ("-m comment --comment " + "x" * 1024 + " -j ACCEPT", "longer"),
@@ -254,18 +255,18 @@ def _both(rule: str) -> dict[str, bytes]:
 )
 def test_a_rule_iptables_restore_reads_otherwise_is_refused(rule: str, said: str) -> None:
     with pytest.raises(BundleError) as err:
-        check(_both(rule))
+        check(with_rule(rule))
     assert said in str(err.value) and "iptables-nft-ipv4.restore line 4" in str(err.value)
 
 
 def test_a_quoted_comment_as_iptables_save_writes_it_is_accepted() -> None:
     rule = '-m comment --comment "a\\"b\\\\c\\\'d" -j ACCEPT'
-    (t,) = check(_both(rule)).tables
+    (t,) = check(with_rule(rule)).tables
     assert t.chains == (("KUBE-FORWARD", (RESTORE.splitlines()[2][16:], rule)),)
 
 
 def test_a_jump_line_iptables_restore_reads_as_a_drop_is_refused() -> None:
-    """Issue 31 row 1: a shell reads a jump into KUBE-FORWARD with kube-proxy's comment;
+    """A shell reads a jump into KUBE-FORWARD with kube-proxy's comment;
     iptables-restore reads `-j DROP` (the single quotes are plain characters)."""
     old = '-m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD'
     new = (
