@@ -496,3 +496,29 @@ def test_a_rule_whose_only_jump_is_between_single_quotes_is_refused(
             )
         rehash(c.bundle)
         refused(c, c.restore(), f"{stem}.restore", "target LOG")
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_quote_in_a_foreign_interface_name_neither_stops_cleanup_nor_restore(
+    netns: Callable[[], str], tmp_path: Path, backend: str
+) -> None:
+    """`-i cni'0`, as iptables-save writes it, in an unrelated rule: the backend stays readable,
+    so cleanup removes the leftovers, keeps the rule, and restore gives the node back."""
+    rule = "-A INPUT -i cni'0 -j ACCEPT"
+    with node(netns, tmp_path, backend=backend, dual=False) as (ns, _):
+        build.run(
+            build.in_ns(ns, f"iptables-{backend}-restore", "--noflush"),
+            stdin=f"*filter\n{rule}\nCOMMIT\n",
+        )
+        before = dump(ns)
+        assert rule in before[f"iptables-{backend}-save"]
+        r = apply(ns, tmp_path)
+        assert r.rc == 0, r.stdout + r.stderr
+        left = run_agent(ns, "audit", "--json").json["leftovers"]
+        assert (left["iptables_chains"], left["iptables_jump_rules"]) == ([], 0)
+        assert rule in dump(ns)[f"iptables-{backend}-save"]
+        (bundle,) = (tmp_path / "backups").iterdir()
+        lock = str(tmp_path / "cleanup.lock")
+        rr = run_agent(ns, "restore", "--lock-file", lock, str(bundle))
+        assert rr.rc == 0, rr.stderr
+        assert dump(ns) == before
