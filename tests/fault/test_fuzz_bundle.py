@@ -8,8 +8,8 @@ tokens, swapped lines, changed digits). The property is checked on the accepted 
 
 And the checker reads a rule line as iptables-restore does: rules of comments and a target,
 written with every quoting (iptables-save's, a shell's single quotes and backslashes, none),
-are loaded by the real iptables-nft-restore into a throwaway namespace whenever the checker
-accepts them, and what iptables-nft-save gives back is the checker's words.
+are loaded by the real iptables-restore (nft and legacy) into a throwaway namespace whenever
+the checker accepts them, and what iptables-save gives back is the checker's words.
 """
 
 from __future__ import annotations
@@ -124,11 +124,13 @@ def rule_lines(draw: st.DrawFn) -> str:
     return " ".join(parts)
 
 
-@pytest.fixture(scope="module")
-def loaded_by_iptables() -> Iterator[Callable[[str], str | None]]:
-    """Load `-A KUBE-FORWARD RULE` with the real iptables-nft-restore into a throwaway
-    namespace; the rule as iptables-nft-save gives it back, or None when refused."""
+@pytest.fixture(scope="module", params=["nft", "legacy"])
+def loaded_by_iptables(request: pytest.FixtureRequest) -> Iterator[Callable[[str], str | None]]:
+    """Load `-A KUBE-FORWARD RULE` with the real iptables-restore of one backend into a
+    throwaway namespace; the rule as its iptables-save gives it back, or None when refused."""
     from lab import build
+
+    backend = request.param
 
     ns = f"ilt-fzr-{uuid.uuid4().hex[:8]}"
     build.create_netns(ns)
@@ -136,14 +138,14 @@ def loaded_by_iptables() -> Iterator[Callable[[str], str | None]]:
     def load(rule: str) -> str | None:
         text = f"*filter\n:KUBE-FORWARD - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A KUBE-FORWARD {rule}\nCOMMIT\n"
         p = subprocess.run(
-            build.in_ns(ns, "iptables-nft-restore", "--noflush"),
+            build.in_ns(ns, f"iptables-{backend}-restore", "-w", "10", "--noflush"),
             input=text,
             capture_output=True,
             text=True,
         )
         if p.returncode != 0:
             return None
-        saved = build.run(build.in_ns(ns, "iptables-nft-save", "-t", "filter"))
+        saved = build.run(build.in_ns(ns, f"iptables-{backend}-save", "-t", "filter"))
         (line,) = [ln for ln in saved.splitlines() if ln.startswith("-A KUBE-FORWARD ")]
         return line.removeprefix("-A KUBE-FORWARD ")
 

@@ -198,7 +198,7 @@ def test_nftables_mode_tables_match_the_nft_tool(netns: Callable[[], str]) -> No
 
 def _load(ns: str, backend: str, text: str) -> None:
     """Rules put in by the real iptables-restore, as a CNI plugin or an admin would."""
-    build.run(build.in_ns(ns, f"iptables-{backend}-restore", "--noflush"), stdin=text)
+    build.run(build.in_ns(ns, f"iptables-{backend}-restore", "-w", "10", "--noflush"), stdin=text)
 
 
 @pytest.mark.parametrize("backend", ["nft", "legacy"])

@@ -507,7 +507,7 @@ def test_a_quote_in_a_foreign_interface_name_neither_stops_cleanup_nor_restore(
     rule = "-A INPUT -i cni'0 -j ACCEPT"
     with node(netns, tmp_path, backend=backend, dual=False) as (ns, _):
         build.run(
-            build.in_ns(ns, f"iptables-{backend}-restore", "--noflush"),
+            build.in_ns(ns, f"iptables-{backend}-restore", "-w", "10", "--noflush"),
             stdin=f"*filter\n{rule}\nCOMMIT\n",
         )
         before = dump(ns)
