@@ -30,7 +30,8 @@ class Words(NamedTuple):
 
 def split(line: str) -> Words:
     """A line's words exactly as iptables-restore reads them (iptables/xshared.c
-    `add_param_to_argv`, 1.4 to 1.8.11): only double quotes quote, and inside them a backslash
+    `add_param_to_argv`; tests check it against this machine's 1.8.9, both backends): only
+    double quotes quote, and inside them a backslash
     takes the next character as it is; a single quote and a backslash outside them are plain
     characters (iptables-save writes interface and set names raw: `-i cni'0`, `-i ext\\`).
     A closing quote ends its word, an empty one included.
