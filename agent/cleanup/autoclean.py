@@ -279,9 +279,11 @@ class AutoCleanup:
         if signal_name:
             self.stopping.ask(signal_name)
 
-    def join(self) -> None:
-        """Wait for a run under way to end (its undo included), so that no tool outlives serve.
-        In short waits: the main thread must stay free to run the signal handlers meanwhile."""
+    def finish(self) -> None:
+        """No more runs, and wait for one under way to end (its undo included), so that no tool
+        outlives serve. In short waits: the main thread must stay free to run the signal
+        handlers meanwhile."""
+        self._stop.set()
         while self._thread is not None and self._thread.is_alive():
             self._thread.join(0.5)
 

@@ -72,6 +72,7 @@ def cleanup(
     from pathlib import Path
 
     from agent.cleanup import procedure
+    from agent.cleanup.stop import Stop
     from agent.logs import BatchedLines
 
     common.require_permission()
@@ -102,8 +103,6 @@ def cleanup(
     try:
         if not apply_:
             sys.exit(_show_plan(collect(), settings, say))
-        from agent.cleanup.stop import Stop
-
         # SIGTERM too, explicitly: as PID 1 (the image) a signal without a handler is dropped
         result = procedure.apply(collect, settings, say, note, Stop().handle())
     except (procedure.Refused, procedure.CleanupError) as exc:

@@ -223,7 +223,6 @@ def serve(
         signals.listeners.append(auto.stop)
         auto.start()
     signals.serve(server)
-    if auto is not None:
-        auto.stop()
-        auto.join()  # a run under way ends its step and undoes; no tool outlives serve
+    if auto is not None:  # a run under way ends its step and undoes; no tool outlives serve
+        auto.finish()
     log.info("stopped")
