@@ -68,6 +68,42 @@ def wait_for(stream: object, match: Callable[[str], bool]) -> list[str]:
     return seen
 
 
+def _in(ns: str, *cmd: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def nft_blocks(ruleset: str) -> list[str]:
+    """`nft list ruleset` as its tables and their chains, sets and maps, each whole, in sorted
+    order and with counters left out: a chain put back is listed after those that stayed, and
+    the agent's own connections to kube-proxy count packets."""
+    table, block, out = "", [], []
+    for line in ruleset.splitlines():
+        line = re.sub(r"counter packets \d+ bytes \d+", "counter", line)
+        if line.startswith("table "):
+            table = line
+            out.append(line)
+        elif block:
+            block.append(line)
+            if line == "\t}":
+                out.append("\n".join(block))
+                block = []
+        elif re.match(r"\t\S.* \{$", line):
+            block = [table, line]
+    return sorted(out)
+
+
+def node_state(ns: str) -> dict[str, list[str]]:
+    """dump() (iptables-save of both backends, ipset save, nftables' own tables, links and
+    addresses: `ip -o addr` without the lifetimes), `nft list ruleset` as above and the whole
+    `ipset list`."""
+    out = dump(ns)
+    out["nft list ruleset"] = nft_blocks(_in(ns, "nft", "list", "ruleset"))
+    out["ipset list"] = _in(ns, "ipset", "list").splitlines()
+    return out
+
+
 def tools_in(ns: str) -> list[str]:
     """The netfilter tools (or their shims) running in the namespace `ns`."""
     netns = os.stat(f"/run/netns/{ns}").st_ino
@@ -95,7 +131,7 @@ def test_a_stop_after_the_first_step_undoes_to_the_before_state(
     to the whole foreground group, the tools included) once step 1 is done: the cleanup ends
     the step it is in, puts back what it removed, says so in one line, exit 4."""
     with node(netns, tmp_path) as (ns, _):
-        before = dump(ns)
+        before = node_state(ns)
         with started(_cleanup(ns, tmp_path, "--step-delay", "1")) as proc:
             seen = wait_for(proc.stdout, STEP.match)
             assert seen[-1].startswith("done   iptables-table"), seen
@@ -105,7 +141,7 @@ def test_a_stop_after_the_first_step_undoes_to_the_before_state(
                 os.killpg(proc.pid, signal.SIGINT)
             out, err = proc.communicate(timeout=90)
         assert tools_in(ns) == []
-        assert dump(ns) == before
+        assert node_state(ns) == before
     sig = how.split("-")[0]
     steps = [line for line in seen + out.splitlines(True) if STEP.match(line)]
     assert proc.returncode == 4, (proc.returncode, out, err)
@@ -141,14 +177,14 @@ def test_a_sigterm_reaches_the_agent_as_pid_1_and_undoes(
     is dropped. SIGTERM after step 1 stops and undoes it all the same."""
     pid_ns = ("unshare", "--pid", "--fork", "--mount-proc")
     with node(netns, tmp_path) as (ns, _):
-        before = dump(ns)
+        before = node_state(ns)
         with started(_cleanup(ns, tmp_path, "--step-delay", "1", prefix=pid_ns)) as proc:
             agent = _pid1(proc)
             seen = wait_for(proc.stdout, STEP.match)
             assert seen[-1].startswith("done   iptables-table"), seen
             os.kill(agent, signal.SIGTERM)
             out, err = proc.communicate(timeout=90)
-        assert dump(ns) == before
+        assert node_state(ns) == before
     assert proc.returncode == 4, (proc.returncode, out, err)
     assert re.fullmatch(
         rf"ipvs-leftovers: stopped by SIGTERM after step [12] of \d+; {UNDONE} .*: the node is "
@@ -190,7 +226,7 @@ def test_stopping_serve_during_its_auto_cleanup_undoes_and_keeps_the_hold_down(
     ]  # fmt: skip
     env = _slow_restore_tools(tmp_path / "bin")
     with node(netns, tmp_path, dual=True) as (ns, _):
-        before = dump(ns)
+        before = node_state(ns)
         with started(["ip", "netns", "exec", ns, AGENT, *args], env) as proc:
             seen = wait_for(proc.stderr, lambda line: "done   iptables-table" in line)
             assert "done   iptables-table" in seen[-1], seen
@@ -199,7 +235,7 @@ def test_stopping_serve_during_its_auto_cleanup_undoes_and_keeps_the_hold_down(
             _, err = proc.communicate(timeout=90)
             left = tools_in(ns)
             time.sleep(2)  # a tool left behind would still be changing the node
-            assert dump(ns) == before
+            assert node_state(ns) == before
         assert left == []
     log = "".join(seen) + err
     assert proc.returncode == 0, log
@@ -231,7 +267,7 @@ def test_a_second_signal_during_restores_undo_is_reported_not_obeyed(
         r = run_agent(ns, *_cleanup(ns, tmp_path)[5:])
         assert r.rc == 0, r
         (bundle,) = (tmp_path / "backups").iterdir()
-        cleaned = dump(ns)
+        cleaned = node_state(ns)
         cmd = ["ip", "netns", "exec", ns, AGENT, "restore", str(bundle), "--lock-file",
                str(tmp_path / "cleanup.lock"), "--step-delay", "1"]  # fmt: skip
         with started(cmd) as proc:
@@ -244,7 +280,7 @@ def test_a_second_signal_during_restores_undo_is_reported_not_obeyed(
                 proc.send_signal(getattr(signal, name))
                 time.sleep(0.2)
             out, err = proc.communicate(timeout=90)
-        assert dump(ns) == cleaned
+        assert node_state(ns) == cleaned
     assert proc.returncode == 4, (proc.returncode, out, err)
     lines = err.splitlines()
     assert lines[:2] == [
