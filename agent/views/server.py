@@ -46,6 +46,12 @@ ACCEPT_BACKOFF = 0.5
 # Prometheus sends its scrape timeout; the answer is due this much earlier (blackbox_exporter's
 # default offset), so that it arrives before Prometheus gives up.
 SCRAPE_TIMEOUT_OFFSET = 0.5
+# A smaller X-Prometheus-Scrape-Timeout-Seconds is raised to this (Prometheus accepts no
+# scrape_timeout under 1 s in practice; 0.001 only ever came from a client making trouble).
+SCRAPE_TIMEOUT_FLOOR = 1.0
+# A scrape without the header (curl, another scraper) is given this, so that no request waits
+# on a slow collection without end.
+NO_HEADER_TIMEOUT = 30.0
 
 LANDING = f"""<!doctype html>
 <html><head><title>ipvs-leftovers</title></head><body>
@@ -310,15 +316,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
         self._answer(with_body=False)
 
-    def _deadline(self) -> float | None:
-        """When the answer is due, from Prometheus' X-Prometheus-Scrape-Timeout-Seconds."""
+    def _deadline(self) -> float:
+        """When the answer is due, from Prometheus' X-Prometheus-Scrape-Timeout-Seconds: at
+        least SCRAPE_TIMEOUT_FLOOR, NO_HEADER_TIMEOUT without one (or with one that is not a
+        number of seconds). It bounds this request's wait only (SharedCollection)."""
         text = self.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
         try:
-            seconds = float(text) if text else 0.0
+            seconds = float(text) if text else NO_HEADER_TIMEOUT
         except ValueError:
-            return None
+            seconds = NO_HEADER_TIMEOUT
         if not 0 < seconds < 86400:  # also refuses nan and inf
-            return None
+            seconds = NO_HEADER_TIMEOUT
+        seconds = max(seconds, SCRAPE_TIMEOUT_FLOOR)
         return time.monotonic() + max(seconds - SCRAPE_TIMEOUT_OFFSET, seconds / 2)
 
     def setup(self) -> None:
