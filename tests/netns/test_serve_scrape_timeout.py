@@ -19,6 +19,7 @@ from lab import build
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.scenarios import realistic_node
 from tests.conftest import REPO, python_json
+from tests.misbehaving_kube_proxy import running
 from tests.serving import broken_tool_dir, serving
 
 pytestmark = pytest.mark.netns
@@ -144,3 +145,17 @@ def test_a_tiny_scrape_timeout_cuts_short_only_its_own_answer(
     assert made <= elapsed / 2 + 1, f"{made} collections in {elapsed:.1f}s"
     hostile = json.loads(out)
     assert len(hostile) >= 85 and set(hostile) == {200}, hostile
+
+
+def test_a_scrape_without_the_header_is_answered_within_30s(netns: Callable[[], str]) -> None:
+    """kube-proxy accepts and never answers, its deadline is 60 s: a scrape that sends no
+    X-Prometheus-Scrape-Timeout-Seconds (curl, another scraper) is answered by serve's own
+    30 s bound, kube-proxy's sources down and the kernel's read. Before, it waited the 60 s."""
+    ns = netns()
+    env = {"IPVS_LEFTOVERS_TIMEOUT": "60"}
+    with running(ns, "hang"), serving(ns, "--source-timeout", "60", env=env):
+        got = python_json(ns, FETCH, "http://127.0.0.1:9437/metrics", "--timeout", "45")
+    assert got.get("status") == 200, got
+    assert 29 < got["seconds"] < 32, got["seconds"]
+    assert _sample(got["body"], _up("kube_proxy_mode")) == 0
+    assert _sample(got["body"], _up("links")) == 1
