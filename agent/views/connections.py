@@ -26,9 +26,10 @@ HEALTHZ = b"ok\n"
 # backlog (it stopped at 1,024, and probes waited behind the flood for the request deadline).
 MAX_READING = 1024
 PER_CLIENT = 64
-# File descriptors kept free of the connections being read (workers, the queue, the node's
-# reads); a soft RLIMIT_NOFILE under MAX_READING + this lowers the cap to fit.
-FD_RESERVE = 256
+# File descriptors kept free of the connections being read: complete requests (16 workers, a
+# queue of 64, the loop's list of 256) and the node's reads. A soft RLIMIT_NOFILE under
+# MAX_READING + this is raised to it, or the cap lowered to fit.
+FD_RESERVE = 512
 
 
 class Reading:

@@ -144,7 +144,7 @@ def test_a_tiny_scrape_timeout_cuts_short_only_its_own_answer(
     )
     assert made <= elapsed / 2 + 1, f"{made} collections in {elapsed:.1f}s"
     hostile = json.loads(out)
-    assert len(hostile) >= 85 and set(hostile) == {200}, hostile
+    assert len(hostile) >= 45 and set(hostile) == {200}, hostile
 
 
 def test_a_scrape_without_the_header_is_answered_within_30s(netns: Callable[[], str]) -> None:
