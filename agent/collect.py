@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agent import names
 from agent.evidence import evidence_sets_needed
@@ -37,6 +38,58 @@ class Options:
     # When the answer is due (time.monotonic()): serve's scrape deadline. Each source gets at
     # most what is left of it, so a slow source costs its own source_up, not the whole scrape.
     deadline: float | None = None
+    # Where each source's reading is put as soon as it is done (serve: for a scrape that
+    # cannot wait for the rest).
+    progress: Progress | None = None
+
+
+NOT_YET = "not read by this scrape's deadline (X-Prometheus-Scrape-Timeout-Seconds)"
+
+
+class Progress:
+    """The readings of one collection under way, each as soon as its source is done.
+
+    serve's collection is shared and never cut short by one scrape's deadline; a scrape
+    whose deadline comes first is answered from what is here, the rest as errors, for
+    itself alone (agent/views/metrics.py SharedCollection)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[str, Reading[Any]] = {}
+        self._kube_proxy: KubeProxy | None = None
+
+    def add(self, name: str, reading: Reading[T]) -> Reading[T]:
+        with self._lock:
+            self._done[name] = reading
+        return reading
+
+    def add_kube_proxy(self, kp: KubeProxy) -> KubeProxy:
+        with self._lock:
+            self._kube_proxy = kp
+        return kp
+
+    def so_far(self) -> Snapshot:
+        """A snapshot of the sources done; every other one an error saying why."""
+        with self._lock:
+            done, kp = dict(self._done), self._kube_proxy
+        if kp is None:
+            gone: Reading[Any] = Reading("error", None, NOT_YET)
+            kp = KubeProxy(gone, gone, gone, time.time(), livez=gone)
+
+        def got(name: str, empty: T) -> Reading[T]:
+            reading: Reading[T] = done.get(name) or Reading("error", empty, NOT_YET)
+            return reading
+
+        return Snapshot(
+            ipvs=got("ipvs", ()),
+            ipsets=got("ipsets", ()),
+            iptables_legacy=got("iptables_legacy", ()),
+            iptables_nft=got("iptables_nft", ()),
+            nftables=got("nftables", ()),
+            links=got("links", Links(kube_ipvs0=None)),
+            kernel=got("kernel", sysctls.empty()),
+            kube_proxy=kp,
+        )
 
 
 def for_scrapes(opts: Options) -> Options:
@@ -54,12 +107,8 @@ def _left(opts: Options) -> float | None:
 
 def collect(opts: Options) -> Snapshot:
     def run(name: str, read: Callable[[], Reading[T]], empty: T) -> Reading[T]:
-        budget = _left(opts)
-        if budget is None:
-            return read()
-        if budget <= 0:
-            return Reading("error", empty, "not read: the scrape deadline had passed")
-        return bounded(name, read, empty, budget)
+        reading = _run(opts, name, read, empty)
+        return opts.progress.add(name, reading) if opts.progress else reading
 
     no_services: tuple[IpvsService, ...] = ()
     ipvs_reading = run("ipvs", lambda: ipvs.read(opts.ipvs_detail), no_services)
@@ -79,7 +128,17 @@ def collect(opts: Options) -> Snapshot:
     )
 
 
+def _run(opts: Options, name: str, read: Callable[[], Reading[T]], empty: T) -> Reading[T]:
+    budget = _left(opts)
+    if budget is None:
+        return read()
+    if budget <= 0:
+        return Reading("error", empty, "not read: the scrape deadline had passed")
+    return bounded(name, read, empty, budget)
+
+
 def _kube_proxy(opts: Options) -> KubeProxy:
     # Its four endpoints are read at once, every answer whole by one deadline: --timeout from
     # now, or the scrape's deadline if that is sooner.
-    return kube_proxy.read(opts.metrics_url, opts.healthz_url, opts.timeout, opts.deadline)
+    kp = kube_proxy.read(opts.metrics_url, opts.healthz_url, opts.timeout, opts.deadline)
+    return opts.progress.add_kube_proxy(kp) if opts.progress else kp

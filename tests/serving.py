@@ -32,9 +32,17 @@ def scrape(ns: str, url: str, n: int = 1, insecure: bool = False) -> dict[str, A
 
 @contextmanager
 def serving(
-    ns: str, *args: str, port: int = 9437, env: dict[str, str] | None = None, scheme: str = "http"
+    ns: str,
+    *args: str,
+    port: int = 9437,
+    env: dict[str, str] | None = None,
+    scheme: str = "http",
+    nofile: tuple[int, int] | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
-    cmd = ["ip", "netns", "exec", ns, AGENT, "serve", "--listen", f"127.0.0.1:{port}", *args]
+    """serve in `ns`; with `nofile`, under that (soft, hard) RLIMIT_NOFILE."""
+    limit = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}"] if nofile else []
+    cmd = ["ip", "netns", "exec", ns, *limit, AGENT, "serve", "--listen", f"127.0.0.1:{port}"]
+    cmd += args
     proc = subprocess.Popen(
         cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
     )

@@ -12,7 +12,7 @@ import click
 from agent import exitcodes
 
 if TYPE_CHECKING:  # imported by the commands that read the node, not at start-up
-    from agent.collect import Options
+    from agent.collect import Options, Progress
     from agent.collection import Collection
 
 
@@ -67,3 +67,14 @@ def collection(opts: Options, max_sync_age: float = 0.0, config: bool = False) -
 
     cfg = kube_proxy_config.read(None)
     return Collection(snap, result, time.perf_counter() - start, cfg)
+
+
+def collection_so_far(progress: Progress, max_sync_age: float = 0.0) -> Collection:
+    """What a collection under way has read, classified, every source not yet done an
+    error: the answer of a scrape whose own deadline came first (never shared, never kept)."""
+    from agent.classify import classify
+    from agent.collection import Collection
+
+    start = time.perf_counter()
+    snap = progress.so_far()
+    return Collection(snap, classify(snap, time.time(), max_sync_age), time.perf_counter() - start)

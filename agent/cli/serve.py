@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from agent.cleanup.autoclean import AutoCleanup
-    from agent.collect import Options
+    from agent.collect import Options, Progress
     from agent.collection import Collection
     from agent.views.metrics import SharedCollection
     from agent.views.server import Server
@@ -86,6 +86,22 @@ def _auto_cleanup(
         interval=interval,
         state=state,
     )
+
+
+def _shared(opts: Options, min_interval: float, max_sync_age: float) -> SharedCollection:
+    """The scrapes' collection: made by a thread of its own, bounded by --source-timeout and
+    never by one scrape's deadline; a scrape whose deadline comes first gets, for itself
+    alone, what has been read so far (docs/contract.md#metrics)."""
+    from agent.views.metrics import SharedCollection, current_progress
+
+    def scrape() -> Collection:
+        tracked = dataclasses.replace(opts, progress=current_progress())
+        return common.collection(tracked, max_sync_age, config=True)
+
+    def so_far(progress: Progress) -> Collection:
+        return common.collection_so_far(progress, max_sync_age)
+
+    return SharedCollection(scrape, min_interval, so_far)
 
 
 def _bind(host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str] | None) -> Server:
@@ -188,7 +204,7 @@ def serve(
 
     from agent import logs
     from agent.collect import for_scrapes
-    from agent.views.metrics import AgentCollector, SharedCollection, current_deadline
+    from agent.views.metrics import AgentCollector
     from agent.views.server import StopSignals
 
     if (tls_cert is None) != (tls_key is None):
@@ -199,11 +215,7 @@ def serve(
     signals = StopSignals()
     opts = for_scrapes(dataclasses.replace(common.options(ctx), budget=source_timeout))
 
-    def scrape() -> Collection:  # a scrape's collection ends by its deadline (if it sent one)
-        scoped = dataclasses.replace(opts, deadline=current_deadline())
-        return common.collection(scoped, max_sync_age, config=True)
-
-    shared = SharedCollection(scrape, min_interval)
+    shared = _shared(opts, min_interval, max_sync_age)
     auto = None
     if auto_cleanup:
         auto = _auto_cleanup(

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from agent import __version__, gate, names
 from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
+from agent.collect import Progress
 from agent.collection import Collection
 from agent.readers.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService, KubeProxy, Snapshot
@@ -244,38 +245,95 @@ def current_deadline() -> float | None:
     return _DEADLINE.get()
 
 
+# The collection a SharedCollection's thread is making, for the function that makes it.
+_PROGRESS: ContextVar[Progress | None] = ContextVar("collection_progress", default=None)
+
+
+def current_progress() -> Progress | None:
+    return _PROGRESS.get()
+
+
+class _Run:
+    """One collection being made: what it has read so far, and how it ended."""
+
+    def __init__(self) -> None:
+        self.progress = Progress()
+        self.done = False
+        self.result: Collection | None = None
+        self.error: Exception | None = None
+
+
 class SharedCollection:
     """One collection serves every scrape within `min_interval` seconds.
 
+    It is made by a thread of its own, bounded by the server's limits only (each source's
+    --source-timeout), never by one scrape's deadline: a scrape waits for it until its own
+    deadline, and one whose deadline comes first gets `so_far` of what has been read, every
+    other source an error. That answer is for that scrape alone: never kept, never given to
+    another scrape or to auto-cleanup. One client sending a tiny
+    X-Prometheus-Scrape-Timeout-Seconds made everyone see a cut-short node (all sources down,
+    nftables mode not confirmed) for a whole interval, and reset auto-cleanup's streak.
+
     Scrapes that arrive while a collection runs wait for it instead of starting their own, so
-    a scrape storm costs the kernel one read per interval.
+    a scrape storm, whatever its headers, costs the kernel one read per interval.
     """
 
-    def __init__(self, collect: Callable[[], Collection], min_interval: float) -> None:
+    def __init__(
+        self,
+        collect: Callable[[], Collection],
+        min_interval: float,
+        so_far: Callable[[Progress], Collection] | None = None,
+    ) -> None:
         self._collect = collect
         self._min_interval = min_interval
-        self._lock = threading.Lock()
+        self._so_far = so_far
+        self._cond = threading.Condition()
         self._last: Collection | None = None
         self._at = 0.0
+        self._run: _Run | None = None
         self.count = 0
 
     def get(self) -> Collection:
+        """The shared collection; by the deadline of the scrape being answered (if any)."""
         deadline = current_deadline()
-        wait = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
-        if not self._lock.acquire(timeout=wait):
+        with self._cond:
+            if self._last is not None and time.monotonic() - self._at < self._min_interval:
+                return self._last
+            run = self._run or self._start()
+            while not run.done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+        if run.done:
+            if run.result is None:
+                raise run.error or RuntimeError("the collection ended without a result")
+            return run.result
+        if self._so_far is None:
             raise TimeoutError("the collection under way did not finish by the scrape deadline")
+        return self._so_far(run.progress)
+
+    def _start(self) -> _Run:
+        run = self._run = _Run()
+        # Let go of the old reading first: holding both doubled serve's peak memory on a
+        # large node (the old one is stale the moment a new one is due).
+        self._last = None
+        threading.Thread(target=self._make, args=(run,), name="collection", daemon=True).start()
+        return run
+
+    def _make(self, run: _Run) -> None:
+        _PROGRESS.set(run.progress)  # this thread's own context
         try:
-            now = time.monotonic()
-            if self._last is None or now - self._at >= self._min_interval:
-                # Let go of the old reading first: holding both doubled serve's peak memory
-                # on a large node (the old one is stale the moment a new one is due).
-                self._last = None
-                self._last = self._collect()
-                self._at = time.monotonic()
+            run.result = self._collect()
+        except Exception as exc:  # noqa: BLE001 - handed to the scrapes waiting for it
+            run.error = exc
+        with self._cond:
+            if run.result is not None:
+                self._last, self._at = run.result, time.monotonic()
                 self.count += 1
-            return self._last
-        finally:
-            self._lock.release()
+            run.done = True
+            self._run = None
+            self._cond.notify_all()
 
 
 class AgentCollector(Collector):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import io
 import logging
@@ -21,6 +22,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from agent import __version__
+from agent.views.connections import (
+    END,
+    HEALTHZ,
+    Reading,
+    Table,
+    plain,
+    quick_answer,
+    reading_cap,
+    send_and_close,
+)
 from agent.views.metrics import scrape_deadline
 
 log = logging.getLogger("ipvs_leftovers.server")
@@ -28,18 +39,18 @@ log = logging.getLogger("ipvs_leftovers.server")
 # From accept to the end of the request's headers, TLS handshake included. Requests are read
 # by the accept loop itself, all at once without blocking (a selector), and only a complete one
 # goes to a worker: a client sending its request a byte a second (slow-loris) holds no worker,
-# and is dropped at this deadline whatever its pace.
+# and is dropped at this deadline whatever its pace. An idle connection is closed by then too.
 REQUEST_TIMEOUT = 10.0
 REQUEST_LIMIT = 64 * 1024  # a request's line and headers
-MAX_READING = 1024  # connections whose request is still being read; more wait in the backlog
 # Writing an answer: a client that stops reading lets go of its worker by then.
 WRITE_TIMEOUT = 10.0
 IO_TIMEOUT = 30.0  # any one read or write
 # A fixed pool of workers answers complete requests; more wait in a bounded queue (it was one
-# thread per connection, no cap, and a backlog of 5: 200 concurrent scrapes had a p95 of 14 s).
-#
+# thread per connection, no cap, and a backlog of 5: 200 concurrent scrapes had a p95 of 14 s),
+# then in the accept loop's own list; past that they are answered 503 at once.
 WORKERS = 16
 PENDING = 64
+PARKED = 256
 BACKLOG = 128
 # accept() failing for want of file descriptors leaves the listening socket readable: the loop
 # stops watching it this long instead of spinning at 100 % CPU.
@@ -47,6 +58,13 @@ ACCEPT_BACKOFF = 0.5
 # Prometheus sends its scrape timeout; the answer is due this much earlier (blackbox_exporter's
 # default offset), so that it arrives before Prometheus gives up.
 SCRAPE_TIMEOUT_OFFSET = 0.5
+# A smaller X-Prometheus-Scrape-Timeout-Seconds is raised to this: such a scrape waits 0.5 s
+# for the shared collection before it is answered with what has been read (Prometheus' default
+# is 10 s; a header of 0.001 came from a client hammering the port).
+SCRAPE_TIMEOUT_FLOOR = 1.0
+# A scrape without the header (curl, another scraper) is given this, so that no request waits
+# on a slow collection without end.
+NO_HEADER_TIMEOUT = 30.0
 
 LANDING = f"""<!doctype html>
 <html><head><title>ipvs-leftovers</title></head><body>
@@ -67,20 +85,6 @@ def parse_listen(value: str) -> tuple[str, int]:
     elif ":" in host:
         raise ValueError(f"{value!r}: write an IPv6 address in brackets, [::1]:9437")
     return host, int(port_text)
-
-
-class _Reading:
-    """A connection whose request is being read by the accept loop."""
-
-    def __init__(self, sock: socket.socket, address: Any, deadline: float) -> None:
-        self.sock = sock
-        self.address = address
-        self.deadline = deadline
-        self.data = bytearray()
-        self.handshaken = False
-
-
-_END = (b"\r\n\r\n", b"\n\n")
 
 
 class _Server(HTTPServer):
@@ -105,6 +109,8 @@ class _Server(HTTPServer):
         self._deadlines_lock = threading.Lock()
         self._local = threading.local()
         self._fd_warned = 0.0
+        self._cap = reading_cap()
+        self._parked: collections.deque[tuple[socket.socket, Any, bytes]] = collections.deque()
         for i in range(WORKERS):
             threading.Thread(target=self._work, name=f"http-{i}", daemon=True).start()
         threading.Thread(target=self._watch, name="http-watchdog", daemon=True).start()
@@ -117,17 +123,18 @@ class _Server(HTTPServer):
         self.socket.setblocking(False)
         sel.register(self.socket, selectors.EVENT_READ, None)
         listening, resume = True, 0.0
-        reading: dict[int, _Reading] = {}
+        reading = Table(self._cap)
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
-                if not listening and now >= resume and len(reading) < MAX_READING:
+                if not listening and now >= resume:
                     sel.register(self.socket, selectors.EVENT_READ, None)
                     listening = True
-                soonest = min((r.deadline for r in reading.values()), default=now + poll_interval)
-                wait = max(min(soonest - now, poll_interval), 0.0)
+                wait = max(min(reading.soonest(now + poll_interval) - now, poll_interval), 0.0)
                 if not listening:
-                    wait = min(wait, max(resume - now, 0.0) or poll_interval)
+                    wait = min(wait, max(resume - now, 0.0))
+                if self._parked:
+                    wait = min(wait, 0.05)  # a worker may free a place in the queue any time
                 for key, _ in sel.select(wait):
                     if key.data is None:
                         if not self._accept(sel, reading):
@@ -135,19 +142,18 @@ class _Server(HTTPServer):
                             listening, resume = False, time.monotonic() + ACCEPT_BACKOFF
                     else:
                         self._advance(sel, reading, key.data)
-                now = time.monotonic()
-                for r in [r for r in reading.values() if r.deadline <= now]:
+                for r in reading.expired(time.monotonic()):
                     self._drop(sel, reading, r)
-                if listening and len(reading) >= MAX_READING:
-                    sel.unregister(self.socket)
-                    listening, resume = False, 0.0
+                self._unpark()
         finally:
-            for r in list(reading.values()):
+            for r in reading.all():
                 self._drop(sel, reading, r)
+            for sock, _, _ in self._parked:
+                sock.close()
             sel.close()
             self._stopped.set()
 
-    def _accept(self, sel: selectors.BaseSelector, reading: dict[int, _Reading]) -> bool:
+    def _accept(self, sel: selectors.BaseSelector, reading: Table) -> bool:
         """Accept what is waiting; False when out of file descriptors (or memory)."""
         for _ in range(64):
             try:
@@ -173,16 +179,17 @@ class _Server(HTTPServer):
                     log.debug("TLS with %s failed: %s", address[0], exc)
                     sock.close()
                     continue
-            r = _Reading(sock, address, time.monotonic() + REQUEST_TIMEOUT)
+            for old in reading.make_room(address[0]):
+                log.debug("closing an idle connection from %s to make room", old.address[0])
+                self._drop(sel, reading, old)
+            r = Reading(sock, address, time.monotonic() + REQUEST_TIMEOUT)
             r.handshaken = self.tls is None
-            reading[sock.fileno()] = r
+            reading.add(r)
             sel.register(sock, selectors.EVENT_READ, r)
             self._advance(sel, reading, r)
         return True
 
-    def _advance(
-        self, sel: selectors.BaseSelector, reading: dict[int, _Reading], r: _Reading
-    ) -> None:
+    def _advance(self, sel: selectors.BaseSelector, reading: Table, r: Reading) -> None:
         """Take the handshake and the request as far as the bytes at hand allow."""
         try:
             if not r.handshaken:
@@ -194,7 +201,7 @@ class _Server(HTTPServer):
                     self._drop(sel, reading, r)
                     return
                 r.data += chunk
-                if any(end in r.data for end in _END) or len(r.data) > REQUEST_LIMIT:
+                if any(end in r.data for end in END) or len(r.data) > REQUEST_LIMIT:
                     self._hand_over(sel, reading, r)
                     return
         except ssl.SSLWantWriteError:
@@ -205,24 +212,35 @@ class _Server(HTTPServer):
             log.debug("connection from %s dropped: %s", r.address[0], exc)
             self._drop(sel, reading, r)
 
-    def _drop(self, sel: selectors.BaseSelector, reading: dict[int, _Reading], r: _Reading) -> None:
-        reading.pop(r.sock.fileno(), None)
+    def _drop(self, sel: selectors.BaseSelector, reading: Table, r: Reading) -> None:
+        reading.remove(r)
         sel.unregister(r.sock)
         r.sock.close()
 
-    def _hand_over(
-        self, sel: selectors.BaseSelector, reading: dict[int, _Reading], r: _Reading
-    ) -> None:
-        reading.pop(r.sock.fileno(), None)
+    def _hand_over(self, sel: selectors.BaseSelector, reading: Table, r: Reading) -> None:
+        """A complete request: /healthz answered here and now, any other to the workers. The
+        loop never waits for a worker: a probe is never stuck behind the scrapes."""
+        reading.remove(r)
         sel.unregister(r.sock)
-        r.sock.settimeout(IO_TIMEOUT)
-        while not self._stopping.is_set():  # workers all busy: the accept loop waits
+        quick = quick_answer(bytes(r.data))
+        if quick is not None:
+            send_and_close(r.sock, quick)
+            return
+        if len(self._parked) >= PARKED:
+            send_and_close(r.sock, plain(503, b"busy: retry later\n"))
+            return
+        r.sock.settimeout(IO_TIMEOUT)  # a worker's blocking reads and writes, from here on
+        self._parked.append((r.sock, r.address, bytes(r.data)))
+        self._unpark()
+
+    def _unpark(self) -> None:
+        """Requests waiting in the loop's list go to the workers' queue as it has room."""
+        while self._parked:
             try:
-                self._pending.put((r.sock, r.address, bytes(r.data)), timeout=0.5)
-                return
+                self._pending.put_nowait(self._parked[0])
             except queue.Full:
-                continue
-        r.sock.close()
+                return
+            self._parked.popleft()
 
     # --- the workers: complete requests only ------------------------------------------------
 
@@ -311,15 +329,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
         self._answer(with_body=False)
 
-    def _deadline(self) -> float | None:
-        """When the answer is due, from Prometheus' X-Prometheus-Scrape-Timeout-Seconds."""
+    def _deadline(self) -> float:
+        """When the answer is due, from Prometheus' X-Prometheus-Scrape-Timeout-Seconds: at
+        least SCRAPE_TIMEOUT_FLOOR, NO_HEADER_TIMEOUT without one (or with one that is not a
+        number of seconds). It bounds this request's wait only (SharedCollection)."""
         text = self.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
         try:
-            seconds = float(text) if text else 0.0
+            seconds = float(text) if text else NO_HEADER_TIMEOUT
         except ValueError:
-            return None
+            seconds = NO_HEADER_TIMEOUT
         if not 0 < seconds < 86400:  # also refuses nan and inf
-            return None
+            seconds = NO_HEADER_TIMEOUT
+        seconds = max(seconds, SCRAPE_TIMEOUT_FLOOR)
         return time.monotonic() + max(seconds - SCRAPE_TIMEOUT_OFFSET, seconds / 2)
 
     def setup(self) -> None:
@@ -336,8 +357,8 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception as exc:  # noqa: BLE001 - a failed collection is a 500, not a crash
                 log.error("collection failed: %s", exc)
                 body, ctype, code = f"collection failed: {exc}\n".encode(), "text/plain", 500
-        elif path == "/healthz":
-            body, ctype, code = b"ok\n", "text/plain; charset=utf-8", 200
+        elif path == "/healthz":  # the accept loop answers it; not a request it could parse
+            body, ctype, code = HEALTHZ, "text/plain; charset=utf-8", 200
         elif path == "/":
             body, ctype, code = LANDING, "text/html; charset=utf-8", 200
         else:
