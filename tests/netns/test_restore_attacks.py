@@ -122,6 +122,32 @@ def test_a_sysctl_name_with_a_slash_writes_nothing_anywhere(
             )
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("arp_ignore", "8"), ("arp_ignore", "2"), ("arp_announce", "1")],
+)
+def test_an_arp_sysctl_value_cleanup_never_resets_from_is_refused(
+    netns: Callable[[], str], tmp_path: Path, name: str, value: str
+) -> None:
+    """`arp_ignore=8` (the node answers no ARP at all) in sysctls.json and plan.json alike was
+    written back. Cleanup resets only strictARP's arp_ignore=1 and arp_announce=2, so restore
+    now accepts only those values: one line, exit 4, the sysctls as cleanup left them."""
+    key = f"net.ipv4.conf.all.{name}"
+    with cleaned(netns, tmp_path) as c:
+
+        def plan(text: str) -> str:
+            doc = json.loads(text)
+            for step in doc["steps"]:
+                if step["action"] == "reset-sysctl" and step["removes"]["sysctl"] == key:
+                    step["removes"]["from"] = value
+            return json.dumps(doc)
+
+        edit(c.bundle, "plan.json", plan, again=False)
+        edit(c.bundle, "sysctls.json", lambda t: json.dumps({**json.loads(t), key: value}))
+        assert f'"from": "{value}"' in (c.bundle / "plan.json").read_text()
+        refused(c, c.restore(), "sysctls.json", key)
+
+
 # --- iptables files that do more than re-create kube-proxy's chains -----------------------
 
 HOSTILE_IPTABLES = {
