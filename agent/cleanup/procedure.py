@@ -168,10 +168,15 @@ def _locked(
         note("re-checking the gate")
         time.sleep(settings.pause_before_execute)
     _recheck(collect(), settings, backed_up, bundle)
+    saved_sets = _saved_sets(bundle)
     started = time.monotonic()
     try:
         outcomes = execute(
-            plan.steps, _reporter(say, settings), settings.step_delay, settings.tool_timeout
+            plan.steps,
+            _reporter(say, settings),
+            settings.step_delay,
+            settings.tool_timeout,
+            saved_sets,
         )
     except KeyboardInterrupt:  # an operator's ^C between or inside steps
         _undo(bundle, settings, say, "interrupted")
@@ -180,6 +185,18 @@ def _locked(
     if failed is not None:
         _undo(bundle, settings, say, f"{failed.step.action} {failed.step.target}: {failed.detail}")
     return bundle, outcomes, time.monotonic() - started
+
+
+def _saved_sets(bundle: Path) -> str | None:
+    """The bundle's ipset.save, just written and compared with the node: each set is destroyed
+    only while it still holds exactly these members."""
+    path = bundle / "ipset.save"
+    try:
+        return path.read_text() if path.exists() else None
+    except OSError as exc:  # read back a moment ago by the re-check; no change made yet
+        raise CleanupError(
+            f"cannot read back {path} ({lock.reason(exc)}); nothing was changed"
+        ) from exc
 
 
 def _undo(bundle: Path, settings: Settings, say: Callable[[str], None], why: str) -> None:
