@@ -237,6 +237,38 @@ def test_a_link_other_than_kube_ipvs0_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("address", "in_plan", "said"),
+    [
+        ("192.168.50.1/32", False, "192.168.50.1/32 is not a Service IP plan.json recorded"),
+        ("192.168.50.1/32", True, "192.168.50.1/32 is the next hop of a route"),
+        ("192.168.50.10/32", True, "192.168.50.10/32 is an address of link"),
+    ],
+    ids=["not-recorded", "gateway", "node-address"],
+)
+def test_a_kube_ipvs0_address_the_node_uses_elsewhere_is_refused(
+    netns: Callable[[], str], tmp_path: Path, address: str, in_plan: bool, said: str
+) -> None:
+    """Any /32 went onto kube-ipvs0, the node's gateway or its own address included: the node
+    then answers it itself and is cut off. Now only a Service IP plan.json recorded on
+    kube-ipvs0 is accepted, and none the node has on another link or routes through."""
+    with cleaned(netns, tmp_path) as c:
+        build.run(["ip", "-n", c.ns, "route", "add", "default", "via", "192.168.50.1"])
+        recorded = ["10.96.0.1/32", address] if in_plan else ["10.96.0.1/32"]
+        add_step(
+            c.bundle,
+            {
+                "action": "delete-link",
+                "target": "kube-ipvs0",
+                "removes": {"link": "kube-ipvs0", "addresses": recorded},
+            },
+        )
+        doc = {"name": "kube-ipvs0", "index": 99, "kind": "dummy", "up": True}
+        edit(c.bundle, "kube-ipvs0.json", lambda _: json.dumps({**doc, "addresses": [address]}))
+        refused(c, c.restore(), "kube-ipvs0.json", said)
+        assert "kube-ipvs0" not in build.run(["ip", "netns", "exec", c.ns, "ip", "-o", "link"])
+
+
+@pytest.mark.parametrize(
     "line",
     ["-C", "-D -t 10.96.0.1:443", "-E -t 10.96.0.1:443 -s rr", "-A -t 10.96.0.1:443 -s rr\n-C"],
 )
