@@ -241,9 +241,11 @@ def test_a_link_other_than_kube_ipvs0_is_refused(
     [
         ("192.168.50.1/32", False, "192.168.50.1/32 is not a Service IP plan.json recorded"),
         ("192.168.50.1/32", True, "192.168.50.1/32 is the next hop of a route"),
+        ("192.168.50.4/32", True, "192.168.50.4/32 is the next hop of a route"),
+        ("fd00:50::1/128", True, "fd00:50::1/128 is the next hop of a route"),
         ("192.168.50.10/32", True, "192.168.50.10/32 is an address of link"),
     ],
-    ids=["not-recorded", "gateway", "node-address"],
+    ids=["not-recorded", "gateway", "multipath-hop", "ipv6-gateway", "node-address"],
 )
 def test_a_kube_ipvs0_address_the_node_uses_elsewhere_is_refused(
     netns: Callable[[], str], tmp_path: Path, address: str, in_plan: bool, said: str
@@ -252,7 +254,11 @@ def test_a_kube_ipvs0_address_the_node_uses_elsewhere_is_refused(
     then answers it itself and is cut off. Now only a Service IP plan.json recorded on
     kube-ipvs0 is accepted, and none the node has on another link or routes through."""
     with cleaned(netns, tmp_path) as c:
-        build.run(["ip", "-n", c.ns, "route", "add", "default", "via", "192.168.50.1"])
+        ip = ["ip", "-n", c.ns]
+        build.run([*ip, "route", "add", "default", "via", "192.168.50.1"])
+        hops = ["nexthop", "via", "192.168.50.3", "nexthop", "via", "192.168.50.4"]
+        build.run([*ip, "route", "add", "10.50.0.0/16", *hops])
+        build.run([*ip, "-6", "route", "add", "default", "via", "fd00:50::1"])
         recorded = ["10.96.0.1/32", address] if in_plan else ["10.96.0.1/32"]
         add_step(
             c.bundle,
