@@ -1,9 +1,9 @@
-"""The node changed after the re-check, between two steps of `cleanup --apply` (issue 31 row
-8): a rule added to a chain still to be removed, a member added to a set still to be
-destroyed. Neither is in the bundle, so removing them would lose them for good. The table's
-transaction deletes each backed-up rule by its text and then the chain, so the kernel itself
-refuses a chain that gained a rule; a set is destroyed only while it holds exactly the backed-up
-members. The step fails, every change is undone, and the node ends as the change left it."""
+"""The node changed after the re-check, between two steps of `cleanup --apply`: a rule added
+to a chain still to be removed, a member added to a set still to be destroyed. Neither is in
+the bundle, so removing them would lose them for good. The table's transaction deletes each
+backed-up rule by its text and then the chain, so the kernel itself refuses a chain that gained
+a rule; a set is destroyed only while it holds exactly the backed-up members. The step fails,
+every change is undone, and the node ends as the change left it."""
 
 from __future__ import annotations
 
