@@ -127,8 +127,8 @@ def _removes(s: Step) -> dict[str, Any]:
         }
     if isinstance(s, DestroySet):
         return {"ipset": s.ipset.name}
-    if isinstance(s, DeleteLink):
-        return {"link": s.link.name}
+    if isinstance(s, DeleteLink):  # the addresses: restore puts back no other (link_check)
+        return {"link": s.link.name, "addresses": list(s.link.addresses)}
     name, before, after = s.sysctl
     return {"sysctl": name, "from": before, "to": after}
 

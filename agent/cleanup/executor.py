@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from agent.cleanup import backup, recheck
 from agent.cleanup.backup import SAVE_TOOL
 from agent.readers import tools
 from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
@@ -62,13 +64,31 @@ def _ipvs(steps: list[DeleteService]) -> list[Outcome]:
     return [_ipvs_outcome(s, c) for s, c in zip(steps, codes, strict=True)]
 
 
+# What iptables-restore says when a line of the transaction is refused: a `-D` whose rule is
+# gone (legacy: only the line number), or a `-X` of a chain that still holds a rule or is
+# still jumped to
+_REFUSED_LINE = re.compile(
+    r"line \d+ failed|matching rule exist|resource busy|not empty|Too many links"
+)
+
+
 def _iptables(step: ChangeTable, timeout: float) -> Outcome:
     ch = step.table
     tool = f"{SAVE_TOOL[(ch.backend, ch.family)]}-restore"
     # One transaction per table: all or nothing, under the xtables lock.
     # Given up only when it stops taking its input (tools.load): a slow tool must not leave a
     # cleanup half-applied.
-    tools.load([tool, "-w", XTABLES_WAIT, "--noflush"], ch.restore_text(), timeout)
+    try:
+        tools.load([tool, "-w", XTABLES_WAIT, "--noflush"], ch.restore_text(), timeout)
+    except tools.ToolError as exc:
+        if not _REFUSED_LINE.search(str(exc)):
+            raise
+        return Outcome(
+            step,
+            "failed",
+            f"the table changed since its backup (a rule added to or gone from a chain to be "
+            f"removed, or a new jump into one), so the kernel refused its removal: {exc}",
+        )
     return Outcome(step, "done")
 
 
@@ -88,9 +108,37 @@ def _ipset_outcome(step: Step, code: int) -> Outcome:
     return _refused(step, code)
 
 
-def _ipsets(steps: list[DestroySet]) -> list[Outcome]:
-    """Destroys sets by name (never all: an empty name is refused), many to a send."""
+def _changed_sets(names: list[str], saved: str, timeout: float) -> dict[str, str]:
+    """Each of these sets whose header or members now differ from the backup's `ipset save`
+    lines, with the difference: the kernel destroys a set whatever it holds, so this listing,
+    right before the destroy, is what keeps a member added since the re-check."""
+    now = backup.ipset_rules(names, timeout)
+    before = backup.filter_ipset_save(saved, names)
+    changed: dict[str, str] = {}
+    for name in names:
+        current = backup.filter_ipset_save(now, [name])
+        if not current:  # gone since: its destroy says so, nothing of it is lost
+            continue
+        found = recheck.set_change(backup.filter_ipset_save(before, [name]), current)
+        if found:
+            changed[name] = found
+    return changed
+
+
+def _ipsets(steps: list[DestroySet], saved: str | None, timeout: float) -> list[Outcome]:
+    """Destroys sets by name (never all: an empty name is refused), many to a send, and none
+    of them when one no longer holds exactly the backed-up members (`saved`, the bundle's
+    ipset.save)."""
     names = [step.ipset.name for step in steps]
+    changed = _changed_sets(names, saved, timeout) if saved is not None else {}
+    if changed:
+        first = next(iter(changed))
+        return [
+            Outcome(s, "failed", f"changed since its backup ({changed[n]}): not destroyed")
+            if (n := s.ipset.name) in changed
+            else Outcome(s, "kept", f"not destroyed: {first} changed since its backup")
+            for s in steps
+        ]
     with IpsetNetlink() as nl:
         codes = nl.destroy_many(names)
     return [_ipset_outcome(s, c) for s, c in zip(steps, codes, strict=True)]
@@ -135,13 +183,13 @@ def _runs(steps: tuple[Step, ...], batch: bool) -> list[list[Step]]:
     return runs
 
 
-def _apply(run: list[Step], tool_timeout: float) -> list[Outcome]:
+def _apply(run: list[Step], tool_timeout: float, saved_sets: str | None) -> list[Outcome]:
     """One run of steps of one kind, by the kind."""
     first = run[0]
     if isinstance(first, DeleteService):
         return _ipvs([s for s in run if isinstance(s, DeleteService)])
     if isinstance(first, DestroySet):
-        return _ipsets([s for s in run if isinstance(s, DestroySet)])
+        return _ipsets([s for s in run if isinstance(s, DestroySet)], saved_sets, tool_timeout)
     if isinstance(first, ChangeTable):
         return [_iptables(first, tool_timeout)]
     if isinstance(first, DeleteLink):
@@ -155,11 +203,14 @@ def execute(
     step_delay: float = 0.0,
     tool_timeout: float = tools.DEFAULT_TIMEOUT,
     stopping: Callable[[], bool] = lambda: False,
+    saved_sets: str | None = None,
 ) -> list[Outcome]:
-    """Run the steps in order until one fails: the failed one is the last reported (the
-    caller undoes what ran before it). `stopping` is asked between two runs of steps (a stop
-    ends a step whole, never inside it); the caller undoes what ran before. With a step delay (a
-    test hook) every step goes alone, so the window between steps is real."""
+    """Run the steps in order until one fails: the failed one is the first failed reported
+    (the caller undoes what ran before it). `stopping` is asked between two runs of steps (a
+    stop ends a step whole, never inside it); the caller undoes what ran before. With a step
+    delay (a test hook) every step goes alone, so the window between steps is real.
+    `saved_sets`: the backup's `ipset save` lines of the sets to destroy, compared with each set
+    right before it is destroyed."""
     outcomes: list[Outcome] = []
     for i, run in enumerate(_runs(steps, batch=not step_delay)):
         if i and step_delay:
@@ -167,9 +218,11 @@ def execute(
         if stopping():
             break
         try:
-            done = _apply(run, tool_timeout)
+            done = _apply(run, tool_timeout, saved_sets)
         except Exception as exc:  # noqa: BLE001 - reported as the step's outcome
             done = [Outcome(s, "failed", f"{type(exc).__name__}: {exc}") for s in run]
+        # a tool's message may span lines; the outcome is said in one
+        done = [replace(o, detail=" ".join(o.detail.split())) for o in done]
         for outcome in done:
             report(outcome)
             outcomes.append(outcome)

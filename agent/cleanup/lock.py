@@ -21,6 +21,21 @@ def reason(exc: OSError) -> str:
     return f"{text}: '{exc.filename}'" if exc.filename else text
 
 
+def _refuse_unless_own_file(fd: int, path: Path) -> None:
+    """Closes `fd` and raises LockError unless it is a plain file with no other name: the
+    lock is truncated and gets the PID, which must never land in a FIFO, a device, or a file
+    reached through a hard link (O_NOFOLLOW does not see one)."""
+    st = os.fstat(fd)
+    why = None
+    if not stat.S_ISREG(st.st_mode):
+        why = "is not a regular file"
+    elif st.st_nlink != 1:
+        why = f"has {st.st_nlink} hard links (another name for the same file)"
+    if why is not None:
+        os.close(fd)
+        raise LockError(f"the lock file {path} {why}; point --lock-file at a plain file of its own")
+
+
 @contextmanager
 def exclusive(path: Path) -> Iterator[bool]:
     """Yields True when this process holds the lock, False when another one does.
@@ -46,11 +61,7 @@ def exclusive(path: Path) -> Iterator[bool]:
             f"cannot create the lock file {path} ({reason(exc)}); point --lock-file at a "
             "writable folder"
         ) from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: never written to
-        os.close(fd)
-        raise LockError(
-            f"the lock file {path} is not a regular file; point --lock-file at a plain file"
-        )
+    _refuse_unless_own_file(fd, path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

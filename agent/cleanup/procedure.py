@@ -177,6 +177,7 @@ def _locked(
         note("re-checking the gate")
         time.sleep(settings.pause_before_execute)
     _recheck(collect(), settings, backed_up, bundle)
+    saved_sets = _saved_sets(bundle)
     stop.check()  # the last moment a stop changes nothing
     started = time.monotonic()
     outcomes = execute(
@@ -185,6 +186,7 @@ def _locked(
         settings.step_delay,
         settings.tool_timeout,
         lambda: stop.asked is not None,
+        saved_sets,
     )
     failed = next((o for o in outcomes if o.result == "failed"), None)
     if failed is not None:
@@ -196,6 +198,18 @@ def _locked(
     if stop.asked is not None:
         say(f"{stop.asked} came during the last step: the cleanup was completed, not undone")
     return bundle, outcomes, time.monotonic() - started
+
+
+def _saved_sets(bundle: Path) -> str | None:
+    """The bundle's ipset.save, just written and compared with the node: each set is destroyed
+    only while it still holds exactly these members."""
+    path = bundle / "ipset.save"
+    try:
+        return path.read_text() if path.exists() else None
+    except OSError as exc:  # read back a moment ago by the re-check; no change made yet
+        raise CleanupError(
+            f"cannot read back {path} ({lock.reason(exc)}); nothing was changed"
+        ) from exc
 
 
 def _undo(

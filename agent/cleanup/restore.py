@@ -24,9 +24,9 @@ from agent.cleanup import bundle, ipvsadm_rules, lock, restore_check
 from agent.cleanup.backup import SAVE_TOOL
 from agent.cleanup.bundle import BundleError
 from agent.cleanup.executor import XTABLES_WAIT
+from agent.cleanup.link_check import LinkRestore, node_conflict
 from agent.cleanup.restore_check import (
     IpvsRestore,
-    LinkRestore,
     RestorePlan,
     SetRestore,
     TableRestore,
@@ -421,9 +421,25 @@ def restore(
         with lock.exclusive(lock_file) as held:
             if not held:
                 raise Busy(f"another cleanup or restore holds {lock_file}; nothing was changed")
+            _link_conflict(plan)
             return _all_or_nothing(plan, timeout, say, stop, step_delay)
     except lock.LockError as exc:
         raise RestoreFailed(f"{exc}; nothing was changed") from exc
+
+
+def _link_conflict(plan: RestorePlan) -> None:
+    """Refuses (BundleError, nothing changed) a kube-ipvs0 address the node uses elsewhere:
+    on kube-ipvs0 the node would answer it itself and be cut off from it."""
+    if plan.link is None:
+        return
+    try:
+        conflict = node_conflict(plan.link)
+    except OSError as exc:
+        raise RestoreFailed(
+            f"cannot read the node's addresses and routes ({exc}); nothing was changed"
+        ) from exc
+    if conflict:
+        raise BundleError(f"kube-ipvs0.json: {conflict}")
 
 
 def _all_or_nothing(

@@ -19,6 +19,7 @@ from agent import names
 from agent.classify import KUBE_PROXY_CLASSES, Owner, chain_owner, classify_ipset, classify_rule
 from agent.cleanup import ipvsadm_rules
 from agent.cleanup.bundle import BundleError
+from agent.cleanup.link_check import LinkRestore, check_link, real_server_ips, service_ips
 from agent.readers import iptables_save
 from agent.snapshot import (
     BUILTIN_CHAINS,
@@ -61,15 +62,6 @@ class TableRestore:
     table: str
     chains: tuple[tuple[str, tuple[str, ...]], ...]  # name, its rules (text after -A NAME)
     jumps: tuple[tuple[str, int, str], ...]  # built-in chain, old 1-based position, rule text
-
-
-@dataclass(frozen=True)
-class LinkRestore:
-    name: str
-    index: int
-    up: bool
-    addresses: tuple[str, ...]
-    txqlen: int | None = None  # absent from bundles of agents before it was kept
 
 
 @dataclass(frozen=True)
@@ -118,6 +110,7 @@ class Removed:
     services: frozenset[str]
     sets: frozenset[str]
     link: str | None
+    link_addresses: frozenset[str] | None  # the IPs on kube-ipvs0; None: not recorded (older)
     tables: dict[tuple[str, str, str], tuple[frozenset[str], Counter[tuple[str, str]]]]
     sysctls: dict[str, str]  # name -> its value before cleanup
 
@@ -128,6 +121,7 @@ def _removed(doc: object) -> Removed:
     services: set[str] = set()
     sets: set[str] = set()
     links: list[str] = []
+    link_addresses: frozenset[str] | None = None
     tables: dict[tuple[str, str, str], tuple[frozenset[str], Counter[tuple[str, str]]]] = {}
     sysctls: dict[str, str] = {}
     for i, step in enumerate(doc["steps"], 1):
@@ -142,6 +136,7 @@ def _removed(doc: object) -> Removed:
                 sets.add(str(removes["ipset"]))
             elif action == "delete-link":
                 links.append(str(removes["link"]))
+                link_addresses = _link_addresses(removes.get("addresses"), i)
             elif action == "reset-sysctl":
                 sysctls[str(removes["sysctl"])] = str(removes["from"])
             else:
@@ -158,8 +153,26 @@ def _removed(doc: object) -> Removed:
     if len(links) > 1:
         raise BundleError("plan.json removes more than one link")
     return Removed(
-        frozenset(services), frozenset(sets), links[0] if links else None, tables, sysctls
+        frozenset(services),
+        frozenset(sets),
+        links[0] if links else None,
+        link_addresses,
+        tables,
+        sysctls,
     )
+
+
+def _link_addresses(recorded: object, i: int) -> frozenset[str] | None:
+    """The IPs a delete-link step records (`10.96.0.1/32` each); None for a bundle of an
+    agent that did not record them."""
+    if recorded is None:
+        return None
+    if not isinstance(recorded, list) or not all(isinstance(a, str) for a in recorded):
+        raise BundleError(f"plan.json step {i}: 'addresses' is not a list of addresses")
+    try:
+        return frozenset(str(ipaddress.ip_interface(a).ip) for a in recorded)
+    except ValueError as exc:
+        raise BundleError(f"plan.json step {i}: {exc}") from exc
 
 
 # --- ipset.save --------------------------------------------------------------------------------
@@ -244,39 +257,6 @@ def check_ipsets(text: str, removed: Removed) -> tuple[SetRestore, ...]:
             "ipset.save does not hold exactly the sets plan.json says cleanup destroyed"
         )
     return tuple(SetRestore(name, tuple(body)) for name, body in lines.items())
-
-
-# --- kube-ipvs0.json ---------------------------------------------------------------------------
-
-
-def check_link(doc: object, removed: Removed) -> LinkRestore:
-    keys = {"name", "index", "kind", "up", "addresses"}
-    if not isinstance(doc, dict) or not keys <= set(doc) <= keys | {"txqlen"}:
-        raise BundleError(
-            f"kube-ipvs0.json must hold exactly {', '.join(sorted(keys))} (and txqlen)"
-        )
-    txqlen = doc.get("txqlen")
-    if txqlen is not None and (type(txqlen) is not int or not 0 <= txqlen < 2**32):
-        raise BundleError("kube-ipvs0.json: txqlen must be an integer from 0 to 2^32-1")
-    if doc["name"] != names.KUBE_IPVS0 or removed.link != names.KUBE_IPVS0:
-        raise BundleError(f"kube-ipvs0.json: only {names.KUBE_IPVS0} may be restored")
-    if doc["kind"] != "dummy":
-        raise BundleError("kube-ipvs0.json: kube-ipvs0 is of kind dummy, nothing else")
-    index, up, addresses = doc["index"], doc["up"], doc["addresses"]
-    if type(index) is not int or not 0 < index < 2**31 or type(up) is not bool:
-        raise BundleError("kube-ipvs0.json: index must be a positive integer and up a boolean")
-    if not isinstance(addresses, list):
-        raise BundleError("kube-ipvs0.json: addresses must be a list")
-    for a in addresses:
-        try:
-            iface = ipaddress.ip_interface(a)
-        except (TypeError, ValueError) as exc:
-            raise BundleError(f"kube-ipvs0.json: {a!r} is not an address") from exc
-        if iface.network.prefixlen != iface.max_prefixlen or str(iface) != a:
-            raise BundleError(f"kube-ipvs0.json: {a!r} is not a /32 or /128 Service address")
-    if len(set(addresses)) != len(addresses):
-        raise BundleError("kube-ipvs0.json: an address is listed twice")
-    return LinkRestore(names.KUBE_IPVS0, index, up, tuple(addresses), txqlen)
 
 
 # --- iptables-<backend>-<family>.restore -------------------------------------------------------
@@ -464,6 +444,13 @@ def check_sysctls(doc: object, removed: Removed) -> tuple[tuple[str, str], ...]:
             raise BundleError(f"sysctls.json: {name!r} is not a sysctl cleanup may reset")
         if not isinstance(value, str) or removed.sysctls.get(name) != value:
             raise BundleError(f"sysctls.json: {name} is not what plan.json says it was")
+        # cleanup resets a sysctl only from strictARP's value (agent.views.plan): any other
+        # value (arp_ignore=8 answers no ARP at all) is no bundle of cleanup's
+        if value != names.ARP_SYSCTLS[name]:
+            raise BundleError(
+                f"sysctls.json: {name}={value} is not the strictARP value "
+                f"{names.ARP_SYSCTLS[name]} cleanup resets from"
+            )
         out.append((name, value))
     if {n for n, _ in out} != set(removed.sysctls):
         raise BundleError("sysctls.json does not hold exactly the sysctls plan.json reset")
@@ -484,7 +471,13 @@ def check(files: dict[str, bytes]) -> RestorePlan:
         raise BundleError("plan.json destroyed sets but the bundle has no ipset.save")
     link = None
     if "kube-ipvs0.json" in files:
-        link = check_link(_json(files, "kube-ipvs0.json"), removed)
+        # a bundle that did not record the link's addresses: the deleted Service IPs
+        recorded = removed.link_addresses
+        if recorded is None:
+            recorded = service_ips(removed.services)
+        rules = _text(files, "ipvsadm.rules") if "ipvsadm.rules" in files else ""
+        doc = _json(files, "kube-ipvs0.json")
+        link = check_link(doc, removed.link, recorded, real_server_ips(rules))
     elif removed.link:
         raise BundleError("plan.json deleted kube-ipvs0 but the bundle has no kube-ipvs0.json")
     services: tuple[IpvsRestore, ...] = ()

@@ -44,9 +44,15 @@ class TableChange:
     chain_rules: tuple[tuple[str, tuple[IptRule, ...]], ...] = ()
 
     def restore_text(self) -> str:
+        """Each backed-up rule deleted by its text, then each chain: never `-F`, so the kernel
+        itself refuses the transaction when the node no longer holds exactly the backup (a
+        rule gone fails its `-D`; a rule added since keeps its chain non-empty and fails the
+        `-X`), and nothing the bundle lacks is ever removed. Deleting from the head of each
+        chain keeps every `-D` a match at the first rule."""
         lines = [f"*{self.table}"]
         lines += [f"-D {r.chain} {r.text}" for r in self.delete_rules]
-        lines += [f"-F {c}" for c in self.chains]
+        by_chain = dict(self.chain_rules)
+        lines += [f"-D {c} {r.text}" for c in self.chains for r in by_chain.get(c, ())]
         lines += [f"-X {c}" for c in self.chains]
         lines.append("COMMIT")
         return "\n".join(lines) + "\n"

@@ -112,3 +112,24 @@ def test_tls_errors_name_the_file(netns: Callable[[], str], tmp_path: Path) -> N
         )
         assert r.rc == 4, (c, k, r.stderr)
         assert want in _one_line(r.stderr), r.stderr
+
+
+def test_a_hard_linked_lock_file_is_refused_and_its_other_name_untouched(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
+    """`--lock-file` a hard link to another file (O_NOFOLLOW does not see one) truncated that
+    file and wrote the PID into it. Now a lock file with more than one link is refused: one
+    line, exit 4, the file as it was."""
+    target = tmp_path / "precious"
+    target.write_text("operator's data\n")
+    link = tmp_path / "cleanup.lock"
+    os.link(target, link)
+    r = run_agent(
+        netns(), "cleanup", "--apply", "--lock-file", str(link), "--backup-dir", str(tmp_path)
+    )
+    assert r.rc == 4, (r.rc, r.stdout, r.stderr)
+    line = _one_line(r.stderr)
+    assert f"the lock file {link} has 2 hard links" in line, line
+    assert "nothing was changed" in line
+    assert target.read_text() == "operator's data\n"
+    assert os.stat(link).st_nlink == 2

@@ -122,6 +122,32 @@ def test_a_sysctl_name_with_a_slash_writes_nothing_anywhere(
             )
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("arp_ignore", "8"), ("arp_ignore", "2"), ("arp_announce", "1")],
+)
+def test_an_arp_sysctl_value_cleanup_never_resets_from_is_refused(
+    netns: Callable[[], str], tmp_path: Path, name: str, value: str
+) -> None:
+    """`arp_ignore=8` (the node answers no ARP at all) in sysctls.json and plan.json alike was
+    written back. Cleanup resets only strictARP's arp_ignore=1 and arp_announce=2, so restore
+    now accepts only those values: one line, exit 4, the sysctls as cleanup left them."""
+    key = f"net.ipv4.conf.all.{name}"
+    with cleaned(netns, tmp_path) as c:
+
+        def plan(text: str) -> str:
+            doc = json.loads(text)
+            for step in doc["steps"]:
+                if step["action"] == "reset-sysctl" and step["removes"]["sysctl"] == key:
+                    step["removes"]["from"] = value
+            return json.dumps(doc)
+
+        edit(c.bundle, "plan.json", plan, again=False)
+        edit(c.bundle, "sysctls.json", lambda t: json.dumps({**json.loads(t), key: value}))
+        assert f'"from": "{value}"' in (c.bundle / "plan.json").read_text()
+        refused(c, c.restore(), "sysctls.json", key)
+
+
 # --- iptables files that do more than re-create kube-proxy's chains -----------------------
 
 HOSTILE_IPTABLES = {
@@ -208,6 +234,44 @@ def test_a_link_other_than_kube_ipvs0_is_refused(
         refused(c, c.restore(), "kube-ipvs0.json")
         links = build.run(["ip", "netns", "exec", c.ns, "ip", "-o", "link"])
         assert "kube-ipvs0" not in links and "10.9.9.9" not in dump(c.ns)["addresses"]
+
+
+@pytest.mark.parametrize(
+    ("address", "in_plan", "said"),
+    [
+        ("192.168.50.1/32", False, "192.168.50.1/32 is not a Service IP plan.json recorded"),
+        ("192.168.50.1/32", True, "192.168.50.1/32 is the next hop of a route"),
+        ("192.168.50.4/32", True, "192.168.50.4/32 is the next hop of a route"),
+        ("fd00:50::1/128", True, "fd00:50::1/128 is the next hop of a route"),
+        ("192.168.50.10/32", True, "192.168.50.10/32 is an address of link"),
+    ],
+    ids=["not-recorded", "gateway", "multipath-hop", "ipv6-gateway", "node-address"],
+)
+def test_a_kube_ipvs0_address_the_node_uses_elsewhere_is_refused(
+    netns: Callable[[], str], tmp_path: Path, address: str, in_plan: bool, said: str
+) -> None:
+    """Any /32 went onto kube-ipvs0, the node's gateway or its own address included: the node
+    then answers it itself and is cut off. Now only a Service IP plan.json recorded on
+    kube-ipvs0 is accepted, and none the node has on another link or routes through."""
+    with cleaned(netns, tmp_path) as c:
+        ip = ["ip", "-n", c.ns]
+        build.run([*ip, "route", "add", "default", "via", "192.168.50.1"])
+        hops = ["nexthop", "via", "192.168.50.3", "nexthop", "via", "192.168.50.4"]
+        build.run([*ip, "route", "add", "10.50.0.0/16", *hops])
+        build.run([*ip, "-6", "route", "add", "default", "via", "fd00:50::1"])
+        recorded = ["10.96.0.1/32", address] if in_plan else ["10.96.0.1/32"]
+        add_step(
+            c.bundle,
+            {
+                "action": "delete-link",
+                "target": "kube-ipvs0",
+                "removes": {"link": "kube-ipvs0", "addresses": recorded},
+            },
+        )
+        doc = {"name": "kube-ipvs0", "index": 99, "kind": "dummy", "up": True}
+        edit(c.bundle, "kube-ipvs0.json", lambda _: json.dumps({**doc, "addresses": [address]}))
+        refused(c, c.restore(), "kube-ipvs0.json", said)
+        assert "kube-ipvs0" not in build.run(["ip", "netns", "exec", c.ns, "ip", "-o", "link"])
 
 
 @pytest.mark.parametrize(

@@ -130,3 +130,28 @@ COMMIT
     )
     stale = snapshot(legacy=nat.replace("-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\n", ""))
     assert checks.check_no_leftovers(stale, classify(stale, NOW)).status == "fail"
+
+
+def test_a_table_step_deletes_each_backed_up_rule_then_its_chain_and_never_flushes() -> None:
+    """`-F` removed whatever a chain held, a rule added after the re-check too. Each backed-up
+    rule goes by its text, from the head of its chain, and then the chain: the kernel refuses
+    `-X` of a chain that still holds a rule and `-D` of one that is gone."""
+    from agent.readers.iptables_save import parse_rule
+    from agent.views.plan import TableChange
+
+    jump = parse_rule("POSTROUTING", '-m comment --comment "kubernetes postrouting rules" -j X')
+    a = parse_rule("KUBE-POSTROUTING", "-m mark ! --mark 0x4000/0x4000 -j RETURN")
+    b = parse_rule("KUBE-POSTROUTING", "-j MASQUERADE --random-fully")
+    change = TableChange(
+        "nft", "ipv6", "nat", (jump,), ("KUBE-POSTROUTING", "KUBE-EMPTY"), (1,),
+        (("KUBE-POSTROUTING", (a, b)), ("KUBE-EMPTY", ())),
+    )  # fmt: skip
+    assert change.restore_text().splitlines() == [
+        "*nat",
+        f"-D POSTROUTING {jump.text}",
+        f"-D KUBE-POSTROUTING {a.text}",
+        f"-D KUBE-POSTROUTING {b.text}",
+        "-X KUBE-POSTROUTING",
+        "-X KUBE-EMPTY",
+        "COMMIT",
+    ]

@@ -51,7 +51,11 @@ def plan(**extra_steps: dict[str, object]) -> dict[str, object]:
             "target": "x",
             "removes": {"ipvs_service": "-t 10.96.0.1:443"},
         },
-        {"action": "delete-link", "target": "kube-ipvs0", "removes": {"link": "kube-ipvs0"}},
+        {
+            "action": "delete-link",
+            "target": "kube-ipvs0",
+            "removes": {"link": "kube-ipvs0", "addresses": ["10.96.0.1/32", "fd00::1/128"]},
+        },
         {
             "action": "iptables-table",
             "target": "nft/ipv4/filter",
@@ -283,3 +287,47 @@ def test_a_jump_line_iptables_restore_reads_as_a_drop_is_refused() -> None:
     )
     with pytest.raises(BundleError, match="line 4: not a kube-proxy jump"):
         check(bundle)
+
+
+def _with_link(addresses: list[str], recorded: list[str] | None) -> dict[str, bytes]:
+    doc = plan()
+    for step in doc["steps"]:  # type: ignore[attr-defined]
+        if step["action"] == "delete-link":
+            step["removes"].pop("addresses")
+            if recorded is not None:
+                step["removes"]["addresses"] = recorded
+    return files(
+        **{
+            "plan.json": json.dumps(doc),
+            "kube-ipvs0.json": json.dumps({**LINK, "addresses": addresses}),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("addresses", "recorded", "said"),
+    [
+        # the node's gateway, written into kube-ipvs0.json alone
+        (
+            ["10.96.0.1/32", "192.168.50.1/32"],
+            ["10.96.0.1/32"],
+            "192.168.50.1/32 is not a Service IP",
+        ),
+        # the API server (the `kubernetes` Service's real server), in plan.json too
+        (["10.0.0.5/32"], ["10.0.0.5/32"], "10.0.0.5/32 is a real server in ipvsadm.rules"),
+        # a bundle that did not record the addresses: only the deleted virtual servers' IPs
+        (["10.96.0.1/32", "fd00::1/128"], None, "fd00::1/128 is not a Service IP"),
+        (["10.96.0.1/32"], ["not an address"], "plan.json step"),
+    ],
+)
+def test_a_kube_ipvs0_address_that_is_no_recorded_service_ip_is_refused(
+    addresses: list[str], recorded: list[str] | None, said: str
+) -> None:
+    with pytest.raises(BundleError) as err:
+        check(_with_link(addresses, recorded))
+    assert said in str(err.value)
+
+
+def test_an_older_bundle_restores_the_deleted_virtual_servers_ips() -> None:
+    p = check(_with_link(["10.96.0.1/32"], None))
+    assert p.link is not None and p.link.addresses == ("10.96.0.1/32",)
