@@ -64,13 +64,16 @@ def tier_of(path: Path) -> str | None:
 
 
 def root_needed_line(tiers: set[str]) -> str:
-    """The one line a run without root ends with when it collected tests that need root."""
-    names = ", ".join(sorted(tiers))
-    first = sorted(tiers)[0]
-    return (
-        f"the {names} tier(s) need root: run `sudo scripts/test --tier {first}` (one per tier); "
-        "without root, `scripts/check` runs the unit tier and the static checks"
-    )
+    """The one line a run without root ends with when it selected tests that need root."""
+    if len(tiers) == 1:
+        (tier,) = tiers
+        how = f"the {tier} tier needs root: sudo scripts/test --tier {tier}"
+    else:
+        how = (
+            f"the {', '.join(sorted(tiers))} tiers need root: sudo scripts/test --tier NAME "
+            "for one, sudo scripts/test for all"
+        )
+    return f"{how}; without root, scripts/check runs the unit tier and the static checks"
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
