@@ -10,6 +10,10 @@ instead of waiting a whole hold-down again. The file is trusted only when every 
 (`load_streak`); anything else -- missing, truncated, garbage, another boot, a time in the
 future, a symlink, a file others may write -- starts the streak over: a bad file can make the
 agent wait longer, never act earlier.
+
+A stop of serve (SIGTERM: a rolling update, a drain) during a run ends the step under way, puts
+back what the run removed (agent.cleanup.stop) and only then lets serve exit; the streak is
+then saved as it was before the run, so the next pod does not wait a whole hold-down again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agent.cleanup import procedure
+from agent.cleanup.stop import Stop
 from agent.collection import Collection
 from agent.views.metrics import PREFIX
 
@@ -195,6 +200,9 @@ class AutoCleanup:
     last_run_at: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _save_error: str = ""
+    # the run's stop: serve's signal handler asks it (stop()), the procedure checks it
+    stopping: Stop = field(default_factory=lambda: Stop(log.warning))
+    _thread: threading.Thread | None = None
 
     def _save(self) -> None:
         if self.state is None:
@@ -222,6 +230,8 @@ class AutoCleanup:
         # ipvs-mode leftovers (stale) or iptables mode's: both go under the same gate
         if not (self.streak.ripe(now) and c.mode.nftables_confirmed and c.removable):
             return
+        if self._stop.is_set():
+            return
         log.info(
             "nftables mode confirmed for %.0fs and leftovers exist: cleaning up",
             self.streak.seconds(now),
@@ -229,11 +239,21 @@ class AutoCleanup:
         self.last_run_at = now
         # The hold-down starts over before the run, on disk too: an agent killed mid-run does
         # not run again the moment it is back.
+        kept = (self.streak.since, self.streak.last_seen)
         self.streak.restart()
         self._save()
         try:
-            self.last = procedure.apply(self.fresh, self.settings, log.info, log.info)
+            self.last = procedure.apply(
+                self.fresh, self.settings, log.info, log.info, self.stopping
+            )
             outcome = {0: "clean", 1: "remains"}.get(self.last.code, "error")
+        except procedure.Interrupted as exc:
+            # Stopped, and the node is as before the run: the streak it had still holds. The
+            # run is not counted (it had no outcome).
+            log.warning("%s", exc)
+            self.streak.since, self.streak.last_seen = kept
+            self._save()
+            return
         except procedure.Refused as exc:
             log.warning("%s", exc)
             outcome = "refused"
@@ -250,10 +270,22 @@ class AutoCleanup:
                 log.exception("auto-cleanup check failed")
 
     def start(self) -> None:
-        threading.Thread(target=self.run_forever, name="auto-cleanup", daemon=True).start()
+        self._thread = threading.Thread(target=self.run_forever, name="auto-cleanup", daemon=True)
+        self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, signal_name: str = "") -> None:
+        """No more runs; a run under way (given the signal's name) ends its step and undoes."""
         self._stop.set()
+        if signal_name:
+            self.stopping.ask(signal_name)
+
+    def finish(self) -> None:
+        """No more runs, and wait for one under way to end (its undo included), so that no tool
+        outlives serve. In short waits: the main thread must stay free to run the signal
+        handlers meanwhile."""
+        self._stop.set()
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(0.5)
 
     def metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         now = time.time()

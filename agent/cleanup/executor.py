@@ -154,14 +154,18 @@ def execute(
     report: Callable[[Outcome], None],
     step_delay: float = 0.0,
     tool_timeout: float = tools.DEFAULT_TIMEOUT,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> list[Outcome]:
     """Run the steps in order until one fails: the failed one is the last reported (the
-    caller undoes what ran before it). With a step delay (a test hook) every step goes alone,
-    so the window between steps is real."""
+    caller undoes what ran before it). `stopping` is asked between two runs of steps (a stop
+    ends a step whole, never inside it); the caller undoes what ran before. With a step delay (a
+    test hook) every step goes alone, so the window between steps is real."""
     outcomes: list[Outcome] = []
     for i, run in enumerate(_runs(steps, batch=not step_delay)):
         if i and step_delay:
             time.sleep(step_delay)
+        if stopping():
+            break
         try:
             done = _apply(run, tool_timeout)
         except Exception as exc:  # noqa: BLE001 - reported as the step's outcome

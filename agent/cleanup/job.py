@@ -106,6 +106,9 @@ def manifest(
                     "dnsPolicy": "ClusterFirstWithHostNet",
                     "enableServiceLinks": False,
                     "restartPolicy": "Never",
+                    # A stop (the deadline, `kubectl delete`) ends the step under way and undoes
+                    # the cleanup: the time that takes on a large node (docs/operations.md)
+                    "terminationGracePeriodSeconds": STOP_GRACE,
                     "serviceAccountName": "ipvs-leftovers",
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
@@ -117,6 +120,12 @@ def manifest(
             },
         },
     }
+
+
+# Seconds a stopped cleanup has to finish its step and undo, before the SIGKILL: the benchmark's
+# 20,000-Service node took 102 s to clean and 183 s to restore, in an emulated VM 10-35 times
+# slower than a real node (docs/operations.md#a-stop-during-a-cleanup).
+STOP_GRACE = 300
 
 
 def _container(image: str, args: list[str]) -> dict[str, Any]:

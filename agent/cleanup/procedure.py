@@ -5,7 +5,8 @@ Order: plan -> lock -> gate -> backup -> gate, plan and content again (agent.cle
 -> execute -> re-audit. Until the executor starts nothing has changed, and every refusal says
 so. If a step fails, the executor stops and what the steps before it removed is put back from
 the bundle (restore's all-or-nothing replay, under the lock already held): the cleanup is
-applied whole or not at all.
+applied whole or not at all. A stop (SIGTERM, SIGINT: agent.cleanup.stop) is the same: the step
+under way ends whole, then what was removed is put back, and no signal interrupts that.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agent import exitcodes, gate
 from agent.cleanup import lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
+from agent.cleanup.stop import Stop, Stopped
 from agent.collection import Collection
 from agent.readers import tools
 from agent.views.plan import Plan, describe, make_plan
@@ -34,6 +36,11 @@ class CleanupError(Exception):
     """Something could not be read or written before any change (exit 4)."""
 
     code = exitcodes.ERROR
+
+
+class Interrupted(CleanupError):
+    """A stop (SIGTERM, SIGINT) ended the cleanup before any change, or its changes were all
+    undone; the message says which (exit 4)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,7 @@ def _locked(
     plan: Plan,
     say: Callable[[str], None],
     note: Callable[[str], None],
+    stop: Stop,
 ) -> tuple[Path, list[Outcome], float]:
     """Gate, backup, re-check and execute, under the lock; raises before any change. Also
     returns how long the node was half-cleaned: from the first change to the last."""
@@ -164,39 +172,57 @@ def _locked(
     backed_up = plan.contents()  # the bundle's iptables rules and link come from this plan
     bundle = _backup(plan, settings)
     say(f"backup: {bundle}")
+    stop.check()
     if settings.pause_before_execute:
         note("re-checking the gate")
         time.sleep(settings.pause_before_execute)
     _recheck(collect(), settings, backed_up, bundle)
+    stop.check()  # the last moment a stop changes nothing
     started = time.monotonic()
-    try:
-        outcomes = execute(
-            plan.steps, _reporter(say, settings), settings.step_delay, settings.tool_timeout
-        )
-    except KeyboardInterrupt:  # an operator's ^C between or inside steps
-        _undo(bundle, settings, say, "interrupted")
-        raise  # not reached: _undo raises
+    outcomes = execute(
+        plan.steps,
+        _reporter(say, settings),
+        settings.step_delay,
+        settings.tool_timeout,
+        lambda: stop.asked is not None,
+    )
     failed = next((o for o in outcomes if o.result == "failed"), None)
     if failed is not None:
-        _undo(bundle, settings, say, f"{failed.step.action} {failed.step.target}: {failed.detail}")
+        why = f"{failed.step.action} {failed.step.target}: {failed.detail}"
+        _undo(bundle, settings, say, f"failed: {why}", why, stop)
+    if stop.asked is not None and len(outcomes) < len(plan.steps):
+        why = f"stopped by {stop.asked} after step {len(outcomes)} of {len(plan.steps)}"
+        _undo(bundle, settings, say, f"{stop.asked} received", why, stop, Interrupted)
+    if stop.asked is not None:
+        say(f"{stop.asked} came during the last step: the cleanup was completed, not undone")
     return bundle, outcomes, time.monotonic() - started
 
 
-def _undo(bundle: Path, settings: Settings, say: Callable[[str], None], why: str) -> None:
+def _undo(
+    bundle: Path,
+    settings: Settings,
+    say: Callable[[str], None],
+    heading: str,
+    why: str,
+    stop: Stop,
+    done: type[CleanupError] = CleanupError,
+) -> None:
     """A step failed (a tool slow past its stall limit, the xtables lock held, a kernel
-    refusal) after others changed the node: put back, from the bundle just written and checked
-    against the node, what the cleanup removed, so that it is all or nothing. Always raises."""
+    refusal) or a stop came after steps changed the node: put back, from the bundle just
+    written and checked against the node, what the cleanup removed, so that it is all or
+    nothing; no signal interrupts that. Always raises: `done` when every change was undone."""
     from agent.cleanup import restore
 
-    say(f"failed: {why}; putting back what this cleanup removed, from {bundle}")
     try:
-        n = restore.undo_cleanup(bundle, say, settings.tool_timeout)
+        with stop.shielded():  # before it is said: a signal the line prompts is ignored too
+            say(f"{heading}; putting back what this cleanup removed, from {bundle}")
+            n = restore.undo_cleanup(bundle, say, settings.tool_timeout, stop)
     except Exception as exc:  # noqa: BLE001 - said as it is, with what to run
         raise CleanupError(
             f"{why}; putting back what was removed failed too ({exc}): the node is "
             f"part-cleaned; run: ipvs-leftovers restore {bundle}"
         ) from exc
-    raise CleanupError(
+    raise done(
         f"{why}; every change was undone ({n} objects put back from {bundle}): the node is as "
         "it was before cleanup"
     )
@@ -207,13 +233,29 @@ def apply(
     settings: Settings,
     say: Callable[[str], None],
     note: Callable[[str], None],
+    stop: Stop | None = None,
 ) -> Result:
-    """Run the whole procedure; raises Refused or CleanupError before any change."""
+    """Run the whole procedure; raises Refused or CleanupError before any change, Interrupted
+    when `stop` was asked (before any change, or with every change undone)."""
+    try:
+        return _apply(collect, settings, say, note, stop or Stop())
+    except Stopped as exc:  # at a check before the first change
+        raise Interrupted(f"{exc} before any change; nothing was changed") from exc
+
+
+def _apply(
+    collect: Callable[[], Collection],
+    settings: Settings,
+    say: Callable[[str], None],
+    note: Callable[[str], None],
+    stop: Stop,
+) -> Result:
     col = collect()
     plan = plan_for(col, settings)
     say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
     for line in describe(plan):
         say(line)
+    stop.check()
     try:
         with lock.exclusive(settings.lock_file) as held:
             if not held:
@@ -224,7 +266,7 @@ def apply(
                 say("nothing to remove")
                 code = exitcodes.REMAINS if col.classification.removable else exitcodes.OK
                 return Result(code, plan, finished_at=time.time())
-            bundle, outcomes, window = _locked(collect, settings, col, plan, say, note)
+            bundle, outcomes, window = _locked(collect, settings, col, plan, say, note, stop)
     except lock.LockError as exc:
         raise CleanupError(f"{exc}; nothing was changed") from exc
     say(f"changes: first to last in {window:.3f}s")

@@ -4,8 +4,9 @@ Order: verify the bundle (agent.cleanup.bundle) -> check every line (agent.clean
 -> take the cleanup lock -> read what is already on the node -> re-create only what is missing,
 in the reverse of the cleanup order (sets, kube-ipvs0, iptables, IPVS, sysctls). Every change is
 recorded with its inverse; if a step fails, the recorded changes are undone in reverse, so the
-node ends as it was before restore started. What is already there is left alone, so a second
-restore changes nothing.
+node ends as it was before restore started. A stop (SIGTERM, SIGINT: agent.cleanup.stop) ends
+the step under way whole and is then undone the same way; no signal interrupts the undo. What
+is already there is left alone, so a second restore changes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agent.cleanup.restore_check import (
     SetRestore,
     TableRestore,
 )
+from agent.cleanup.stop import Stop
 from agent.readers import iptables_save, tools
 from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION
 from agent.readers.netlink import (
@@ -69,22 +71,12 @@ class RestoreFailed(Exception):
     code = exitcodes.ERROR
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM (a Job's deadline, `kubectl delete`) while restore ran: undone like a failure."""
-
-    def __str__(self) -> str:
-        return "interrupted by SIGTERM"
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Interrupted()
-
-
 class _Undo:
     """The inverse of each change made so far, run newest first."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.steps: list[tuple[str, Callable[[], None]]] = []
+        self.delay = delay  # a test hook: a window before each inverse, to signal the undo in
 
     def add(self, what: str, inverse: Callable[[], None]) -> None:
         self.steps.append((what, inverse))
@@ -93,6 +85,7 @@ class _Undo:
         """Undo everything; the changes that could not be undone, with why."""
         left = []
         for what, inverse in reversed(self.steps):
+            time.sleep(self.delay)
             try:
                 inverse()
             except Exception as exc:  # noqa: BLE001 - undo the rest all the same
@@ -356,9 +349,11 @@ def _sysctls(todo: tuple[tuple[str, str], ...], undo: _Undo) -> int:
 # --- the command ---------------------------------------------------------------------------------
 
 
-def _apply(plan: RestorePlan, undo: _Undo, timeout: float, say: Say) -> int:
-    """Everything missing, in order; returns the number of objects re-created."""
+def _apply(plan: RestorePlan, undo: _Undo, timeout: float, say: Say, stop: Stop) -> int:
+    """Everything missing, in order; returns the number of objects re-created. Stopped at the
+    first step boundary after a stop was asked."""
     done = 0
+    stop.check()
     if plan.sets:
         existing = _existing_sets()
         todo = tuple(s for s in plan.sets if s.name not in existing)
@@ -370,16 +365,19 @@ def _apply(plan: RestorePlan, undo: _Undo, timeout: float, say: Say) -> int:
         if len(todo) < len(plan.sets):
             say(f"  {len(plan.sets) - len(todo)} ipsets already present, left alone")
     if plan.link is not None:
+        stop.check()
         added = _link(plan.link, undo, say)
         say(f"restored kube-ipvs0 ({added} addresses added)")
         done += added
     if plan.tables:
         current = _existing_tables(plan.tables, timeout)
         for t in plan.tables:
+            stop.check()
             n = _iptables(t, current.get((t.backend, t.family, t.table), {}), undo, timeout, say)
             say(f"restored iptables {t.backend} {t.family} {t.table}: {n} chains and jumps")
             done += n
     if plan.services:
+        stop.check()
         existing = _existing_services()
         todo_svcs = tuple(s for s in plan.services if s.key not in existing)
         if todo_svcs:
@@ -391,6 +389,7 @@ def _apply(plan: RestorePlan, undo: _Undo, timeout: float, say: Say) -> int:
         if len(todo_svcs) < len(plan.services):
             say(f"  {len(plan.services) - len(todo_svcs)} virtual servers already present")
     if plan.sysctls:
+        stop.check()
         n = _sysctls(plan.sysctls, undo)
         say(f"restored {n} sysctls")
         done += n
@@ -417,27 +416,28 @@ def restore(
             if line.startswith("restored "):
                 time.sleep(step_delay)
 
-    import signal
-
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    stop = Stop().handle()  # SIGTERM (a Job's deadline, `kubectl delete`) and ^C
     try:
         with lock.exclusive(lock_file) as held:
             if not held:
                 raise Busy(f"another cleanup or restore holds {lock_file}; nothing was changed")
-            return _all_or_nothing(plan, timeout, say)
+            return _all_or_nothing(plan, timeout, say, stop, step_delay)
     except lock.LockError as exc:
         raise RestoreFailed(f"{exc}; nothing was changed") from exc
 
 
-def _all_or_nothing(plan: RestorePlan, timeout: float, say: Say) -> int:
-    undo = _Undo()
+def _all_or_nothing(
+    plan: RestorePlan, timeout: float, say: Say, stop: Stop, undo_delay: float = 0.0
+) -> int:
+    undo = _Undo(undo_delay)
     try:
-        return _apply(plan, undo, timeout, say)
-    except (Exception, KeyboardInterrupt) as exc:  # an operator's ^C or SIGTERM too
+        return _apply(plan, undo, timeout, say, stop)
+    except Exception as exc:  # a failed step, or a stop (agent.cleanup.stop.Stopped)
         if not undo.steps:
             raise RestoreFailed(f"{exc}; nothing was changed") from exc
-        say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")
-        left = undo.run()
+        with stop.shielded():  # before it is said: a signal the line prompts is ignored too
+            say(f"restore failed ({exc}); undoing {len(undo.steps)} applied changes")
+            left = undo.run()
         if left:
             raise RestoreFailed(
                 f"{exc}; could not undo: {'; '.join(left)}; the node is part-restored"
@@ -447,10 +447,14 @@ def _all_or_nothing(plan: RestorePlan, timeout: float, say: Say) -> int:
         ) from exc
 
 
-def undo_cleanup(folder: Path, say: Say, timeout: float = tools.DEFAULT_TIMEOUT) -> int:
-    """For a cleanup that failed part-way, under the lock it already holds: put back from the
-    bundle it wrote just before its first change what is missing of it (what the cleanup
-    removed), all of it or nothing. The number of objects re-created; BundleError or
-    RestoreFailed if it could not."""
-    plan = restore_check.check(bundle.open_verified(folder))
-    return _all_or_nothing(plan, timeout, say)
+def undo_cleanup(
+    folder: Path, say: Say, timeout: float = tools.DEFAULT_TIMEOUT, stop: Stop | None = None
+) -> int:
+    """For a cleanup that failed or was stopped part-way, under the lock it already holds: put
+    back from the bundle it wrote just before its first change what is missing of it (what the
+    cleanup removed), all of it or nothing, whatever signal comes meanwhile (`stop` reports
+    them). The number of objects re-created; BundleError or RestoreFailed if it could not."""
+    stop = stop or Stop()
+    with stop.shielded():
+        plan = restore_check.check(bundle.open_verified(folder))
+        return _all_or_nothing(plan, timeout, say, stop)

@@ -305,7 +305,7 @@ class _Block:
 
 def _rule(block: _Block, chain: str, text: str, where: str) -> None:
     try:
-        rule = iptables_save.parse_rule(chain, text)
+        rule = iptables_save.checked_rule(("-A", chain), text)
     except iptables_save.IptablesSaveError as exc:
         raise BundleError(f"{where}: {exc}") from exc
     target = rule.target
@@ -323,7 +323,7 @@ def _jump(block: _Block, backend: Backend, family: Family, words: list[str], whe
     if chain not in BUILTIN_CHAINS or not pos.isdigit() or not 0 < int(pos) < 100_000:
         raise BundleError(f"{where}: -I only into a built-in chain at a position")
     try:
-        rule = iptables_save.parse_rule(chain, text)
+        rule = iptables_save.checked_rule(("-I", chain, pos), text)
     except iptables_save.IptablesSaveError as exc:
         raise BundleError(f"{where}: {exc}") from exc
     # A bundle line stands alone: the chain it jumps to is judged by its name.

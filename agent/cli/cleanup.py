@@ -66,11 +66,13 @@ def cleanup(
     """Remove exactly what ipvs mode left, only once nftables mode is confirmed
     (docs/contract.md#cleanup).
 
-    Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error.
+    Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error, or stopped by SIGTERM or
+    SIGINT (the step under way ends, then every change is undone).
     """
     from pathlib import Path
 
     from agent.cleanup import procedure
+    from agent.cleanup.stop import Stop
     from agent.logs import BatchedLines
 
     common.require_permission()
@@ -101,7 +103,8 @@ def cleanup(
     try:
         if not apply_:
             sys.exit(_show_plan(collect(), settings, say))
-        result = procedure.apply(collect, settings, say, note)
+        # SIGTERM too, explicitly: as PID 1 (the image) a signal without a handler is dropped
+        result = procedure.apply(collect, settings, say, note, Stop().handle())
     except (procedure.Refused, procedure.CleanupError) as exc:
         say.flush()  # before common.fail() writes to stderr
         common.fail(str(exc), exc.code)

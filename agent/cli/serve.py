@@ -220,8 +220,9 @@ def serve(
     server = _bind(*listen, registry, (tls_cert, tls_key) if tls_cert and tls_key else None)
     if auto is not None:
         log.info("auto-cleanup on: hold-down %.0fs", auto_cleanup_hold_down)
+        signals.listeners.append(auto.stop)
         auto.start()
     signals.serve(server)
-    if auto is not None:
-        auto.stop()
+    if auto is not None:  # a run under way ends its step and undoes; no tool outlives serve
+        auto.finish()
     log.info("stopped")

@@ -101,6 +101,7 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[byte
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=environment(),
+        process_group=0,  # see run()
     )
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     if stdin is None or stdout is None or stderr is None:  # PIPE makes all three
@@ -182,6 +183,10 @@ def run(args: list[str], stdin: str | None = None, timeout: float = DEFAULT_TIME
         stderr=subprocess.PIPE,
         text=True,
         env=environment(),
+        # Its own process group: a terminal's ^C (SIGINT to the foreground group) reaches the
+        # agent only, which ends the step -- this tool's run -- before it stops; the tool is
+        # never cut off mid-write, nor left running after the agent exits.
+        process_group=0,
     )
     try:
         out, err = proc.communicate(stdin, timeout=timeout)

@@ -12,6 +12,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import FrameType
 from typing import Any
@@ -427,12 +428,16 @@ class StopSignals:
     def __init__(self) -> None:
         self._server: _Server | None = None
         self._asked = False
+        # told each signal's name (serve's auto-cleanup: a run under way ends and undoes)
+        self.listeners: list[Callable[[str], None]] = []
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: shutting down", signum)
         self._asked = True
+        for listener in self.listeners:
+            listener(signal.Signals(signum).name)
         if self._server is not None:  # shutdown() waits for the loop: not from the loop's thread
             threading.Thread(target=self._server.shutdown, daemon=True).start()
 

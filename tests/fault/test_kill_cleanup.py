@@ -27,6 +27,7 @@ A bundle's completeness is decided in one place, `bundle_complete` (see there).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -486,13 +487,28 @@ class Killed:
     rc: int | None
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL to the cleanup, then to what it started (a blocked shim)."""
+def _children(pid: int) -> list[int]:
     try:
-        os.kill(proc.pid, signal.SIGKILL)
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return []
+    kids: list[int] = []
+    for task in tasks:
+        try:
+            kids += [int(k) for k in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return kids
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL to the cleanup, then to what it started (a blocked shim: the agent runs its
+    tools in their own process groups, so they are found by parent, not by group)."""
+    for kill, pid in [(os.kill, p) for p in (proc.pid, *_children(proc.pid))] + [
+        (os.killpg, proc.pid)
+    ]:
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
 
 
 def run_until(

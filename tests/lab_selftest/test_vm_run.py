@@ -82,7 +82,7 @@ def test_user_net_is_up_when_cmd_starts_on_a_loaded_host(tmp_path: Path) -> None
         'ip -4 -o addr show | awk \'$2 != "lo" {print "addr=" $4}\''
     )
     burners = [
-        subprocess.Popen(["timeout", "500", "sh", "-c", "while :; do :; done"])
+        subprocess.Popen(["sh", "-c", "while :; do :; done"])  # a builtin loop: no child
         for _ in range(2 * (os.cpu_count() or 2))
     ]
     try:

@@ -191,3 +191,63 @@ def test_nftables_mode_tables_match_the_nft_tool(netns: Callable[[], str]) -> No
             )
             (obj,) = [o for o in doc["nftables"] if "set" in o or "map" in o]
             assert count == len(next(iter(obj.values())).get("elem", [])), name
+
+
+# --- iptables-save lines read as iptables-restore reads them ---------------------
+
+
+def _load(ns: str, backend: str, text: str) -> None:
+    """Rules put in by the real iptables-restore, as a CNI plugin or an admin would."""
+    build.run(build.in_ns(ns, f"iptables-{backend}-restore", "-w", "10", "--noflush"), stdin=text)
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_single_quote_in_an_interface_name_is_no_read_error(
+    netns: Callable[[], str], backend: str
+) -> None:
+    """iptables-save writes interface names as they are: `-i cni'0`, an unbalanced quote for a
+    shell, a plain character for iptables-restore. The source stays readable and counted."""
+    node = realistic_node(backend=backend, third_party=True)
+    ns = netns()
+    build.build(ns, node)
+    _load(ns, backend, "*filter\n-A INPUT -i cni'0 -j ACCEPT\nCOMMIT\n")
+    assert "-A INPUT -i cni'0 -j ACCEPT" in build.run(build.in_ns(ns, f"iptables-{backend}-save"))
+    r = run_agent(ns, "audit", "--json")
+    assert r.json["sources"][f"iptables_{backend}"] == {
+        **r.json["sources"][f"iptables_{backend}"],
+        "status": "ok",
+        "error": None,
+    }
+    assert r.rc == 1, r.stderr
+    assert oracle.actual(r.json) == oracle.expected(node)
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_foreign_jump_after_a_backslash_is_counted(
+    netns: Callable[[], str], backend: str
+) -> None:
+    """`-i ext\\ -j KUBE-MARK-MASQ`: for iptables-restore the backslash ends the interface name
+    and the rule jumps into kube-proxy's chain; both such rules are foreign references."""
+    node = realistic_node(backend=backend)
+    ns = netns()
+    build.build(ns, node)
+    before = run_agent(ns, "audit", "--json").json["findings"]
+    _load(
+        ns,
+        backend,
+        "*nat\n:CNI-EXT - [0:0]\n-A CNI-EXT -i ext\\ -j KUBE-MARK-MASQ\n"
+        "-A PREROUTING -i ext\\ -j KUBE-MARK-MASQ\nCOMMIT\n",
+    )
+    r = run_agent(ns, "audit", "--json")
+    assert r.rc == 1, r.stderr
+    new = [f for f in r.json["findings"] if f not in before]
+    mark = f"{backend}/ipv4/nat KUBE-MARK-MASQ"
+    assert sorted((f["class"], f["kind"], f["name"]) for f in new) == [
+        ("foreign", "chain", f"{backend}/ipv4/nat CNI-EXT"),
+        ("ipvs-leftover", "chain", mark),  # the same chain, its evidence grown by the reference
+        ("unknown-kube", "jump-rule", f"{backend}/ipv4/nat PREROUTING -> KUBE-MARK-MASQ"),
+    ]
+    (chain,) = [f for f in new if f["name"] == mark]
+    assert [e for e in chain["evidence"] if e.startswith("referenced by")] == [
+        "referenced by CNI-EXT: -i ext\\ -j KUBE-MARK-MASQ"
+    ]

@@ -428,3 +428,97 @@ def test_restore_killed_at_every_step_boundary_is_completed_by_the_next(
             r = c.restore()
             assert r.rc == 0, (k, r.stderr)  # type: ignore[attr-defined]
             assert dump(c.ns) == c.before and c.arp() == ("1", "2"), f"after a kill at step {k}"
+
+
+# --- lines iptables-restore reads otherwise than a POSIX shell ---------------------
+
+# iptables-restore quotes with double quotes only: the single quotes here are plain characters,
+# so it reads `-p tcp --dport 22 -j DROP` and four comments, where a shell reads a jump into
+# KUBE-IPVS-FILTER with kube-proxy's comment.
+SMUGGLED_DROP = (
+    '-m comment --comment "kubernetes ipvs access filter" -p tcp --dport 22 -j DROP '
+    "-m comment --comment x' -m comment --comment \"' -j KUBE-IPVS-FILTER -m comment "
+    "--comment '\" -m comment --comment 'z"
+)
+# and here `-j LOG` is no part of a comment for it
+SMUGGLED_LOG = "-m comment --comment 'x -j LOG -m comment --comment y'"
+
+
+def _jump_text(save: str, chain: str, target: str) -> str:
+    """The text of `-A CHAIN ... -j TARGET` in an iptables-save dump."""
+    return next(
+        ln.split(" ", 2)[2]
+        for ln in save.splitlines()
+        if ln.startswith(f"-A {chain} ") and ln.endswith(f"-j {target}")
+    )
+
+
+def _plan_jump(text: str, target: str, old: str) -> str:
+    """plan.json with the jump `old` of step `target` made SMUGGLED_DROP."""
+    doc = json.loads(text)
+    (step,) = [s for s in doc["steps"] if s.get("target") == target]
+    jumps = step["removes"]["jumps"]
+    assert ["INPUT", old] in jumps
+    step["removes"]["jumps"] = [[c, SMUGGLED_DROP if t == old else t] for c, t in jumps]
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_jump_that_iptables_restore_reads_as_a_drop_is_refused(
+    netns: Callable[[], str], tmp_path: Path, backend: str
+) -> None:
+    """kube-proxy's INPUT jump replaced, in .restore, .save and plan.json alike, by a line a
+    shell-quoting reader takes for it; restore must refuse it and change nothing."""
+    with cleaned(netns, tmp_path, backend) as c:
+        stem = f"iptables-{backend}-ipv4"
+        old = _jump_text((c.bundle / f"{stem}.save").read_text(), "INPUT", "KUBE-IPVS-FILTER")
+        for name in (f"{stem}.restore", f"{stem}.save"):
+            edit(c.bundle, name, lambda t: t.replace(old, SMUGGLED_DROP), again=False)
+        assert SMUGGLED_DROP in (c.bundle / f"{stem}.restore").read_text()
+        edit(c.bundle, "plan.json", lambda t: _plan_jump(t, f"{backend}/ipv4/filter", old))
+        refused(c, c.restore(), f"{stem}.restore", "not a kube-proxy jump")
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_rule_whose_only_jump_is_between_single_quotes_is_refused(
+    netns: Callable[[], str], tmp_path: Path, backend: str
+) -> None:
+    """A rule added to a kube-proxy chain in .restore and .save alike: for iptables-restore its
+    target is LOG, which restore never re-creates."""
+    with cleaned(netns, tmp_path, backend) as c:
+        stem = f"iptables-{backend}-ipv4"
+        for name in (f"{stem}.restore", f"{stem}.save"):
+            edit(
+                c.bundle,
+                name,
+                lambda t: _append_rule(t, "filter", "KUBE-IPVS-FILTER", SMUGGLED_LOG),
+                again=False,
+            )
+        rehash(c.bundle)
+        refused(c, c.restore(), f"{stem}.restore", "target LOG")
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_a_quote_in_a_foreign_interface_name_neither_stops_cleanup_nor_restore(
+    netns: Callable[[], str], tmp_path: Path, backend: str
+) -> None:
+    """`-i cni'0`, as iptables-save writes it, in an unrelated rule: the backend stays readable,
+    so cleanup removes the leftovers, keeps the rule, and restore gives the node back."""
+    rule = "-A INPUT -i cni'0 -j ACCEPT"
+    with node(netns, tmp_path, backend=backend, dual=False) as (ns, _):
+        build.run(
+            build.in_ns(ns, f"iptables-{backend}-restore", "-w", "10", "--noflush"),
+            stdin=f"*filter\n{rule}\nCOMMIT\n",
+        )
+        before = dump(ns)
+        assert rule in before[f"iptables-{backend}-save"]
+        r = apply(ns, tmp_path)
+        assert r.rc == 0, r.stdout + r.stderr
+        left = run_agent(ns, "audit", "--json").json["leftovers"]
+        assert (left["iptables_chains"], left["iptables_jump_rules"]) == ([], 0)
+        assert rule in dump(ns)[f"iptables-{backend}-save"]
+        (bundle,) = (tmp_path / "backups").iterdir()
+        lock = str(tmp_path / "cleanup.lock")
+        rr = run_agent(ns, "restore", "--lock-file", lock, str(bundle))
+        assert rr.rc == 0, rr.stderr
+        assert dump(ns) == before

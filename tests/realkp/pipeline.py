@@ -196,10 +196,15 @@ LATE = Service("late", ("10.96.2.1",), (Port(80, target_port=8080),), endpoints=
 
 def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> bool:
     deadline = time.monotonic() + timeout
+    table = ""
     while time.monotonic() < deadline:
-        if (text in ns_run(net.ns, "nft", "list", "table", "ip", "kube-proxy")) == present:
+        table = ns_run(net.ns, "nft", "list", "table", "ip", "kube-proxy")
+        if (text in table) == present:
             return True
         time.sleep(2)
+    # the recorded result is a bool: the log keeps what the last read saw
+    note(net, f"{text} {'never came' if present else 'never went'} in {timeout:g}s; "
+         f"the table's last read: {len(table.splitlines())} lines")  # fmt: skip
     return False
 
 

@@ -250,6 +250,25 @@ def test_foreign_jump_from_a_builtin_chain_with_another_comment() -> None:
     ]
 
 
+def test_a_jump_after_a_backslash_is_a_foreign_reference_in_the_metric() -> None:
+    """iptables-save writes an interface name raw: `-i ext\\` ends with the backslash (a plain
+    character for iptables-restore) and the rule jumps into KUBE-MARK-MASQ; the gauge the
+    fleet's `foreign` check reads counts it."""
+    text = IPVS_NODE.replace(
+        "-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ",
+        "-A CNI-HOSTPORT-SETMARK -i ext\\ -j KUBE-MARK-MASQ",
+    )
+    s = snap(legacy=text, kp=kube_proxy("iptables"))
+    assert checks.foreign_references(s, classify(s, NOW)) == [
+        "legacy/ipv4/nat -A CNI-HOSTPORT-SETMARK -i ext\\ -j KUBE-MARK-MASQ "
+        "(jumps to KUBE-MARK-MASQ)",
+        "legacy/ipv4/filter -A INPUT -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j ACCEPT "
+        "(matches set KUBE-6-CLUSTER-IP)",
+    ]
+    metrics = checks.readiness_metrics(s, classify(s, NOW), cfg(mode="iptables"))
+    assert metrics["ipvs_leftovers_foreign_references"] == 2.0
+
+
 def test_no_foreign_references_and_unreadable_backend() -> None:
     clean = IPVS_NODE.replace("-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\n", "").replace(
         "-A INPUT -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j ACCEPT\n", ""

@@ -226,3 +226,60 @@ def test_a_file_the_plan_needs_is_missing() -> None:
     del bundle["iptables-nft-ipv4.restore"]
     with pytest.raises(BundleError, match="lacks the iptables files"):
         check(bundle)
+
+
+def with_rule(rule: str) -> dict[str, bytes]:
+    """The bundle with `-A KUBE-FORWARD RULE` in .restore and .save alike, as an attacker who
+    can write the folder makes it."""
+    line = f"-A KUBE-FORWARD {rule}\n"
+    at = "-I FORWARD"
+    return files(
+        **{
+            "iptables-nft-ipv4.restore": RESTORE.replace(at, line + at),
+            "iptables-nft-ipv4.save": SAVE.replace("COMMIT", line + "COMMIT"),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "said"),
+    [
+        # iptables-restore: comments "'x" and "y'", and -j LOG
+        ("-m comment --comment 'x -j LOG -m comment --comment y'", "target LOG"),
+        ("-p tcp --ju LOG", "target LOG"),  # getopt_long: --jump
+        ("-j ACCEPT -m comment --comment x --go KUBE-FORWARD", "more than one -j or -g"),
+        ('-m comment --comment "x"-j LOG', "closing quote"),
+        ('-m comment --comment "x -j ACCEPT', "never closed"),
+        ("-m comment --comment " + "x" * 1024 + " -j ACCEPT", "longer"),
+    ],
+)
+def test_a_rule_iptables_restore_reads_otherwise_is_refused(rule: str, said: str) -> None:
+    with pytest.raises(BundleError) as err:
+        check(with_rule(rule))
+    assert said in str(err.value) and "iptables-nft-ipv4.restore line 4" in str(err.value)
+
+
+def test_a_quoted_comment_as_iptables_save_writes_it_is_accepted() -> None:
+    rule = '-m comment --comment "a\\"b\\\\c\\\'d" -j ACCEPT'
+    (t,) = check(with_rule(rule)).tables
+    assert t.chains == (("KUBE-FORWARD", (RESTORE.splitlines()[2][16:], rule)),)
+
+
+def test_a_jump_line_iptables_restore_reads_as_a_drop_is_refused() -> None:
+    """A shell reads a jump into KUBE-FORWARD with kube-proxy's comment;
+    iptables-restore reads `-j DROP` (the single quotes are plain characters)."""
+    old = '-m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD'
+    new = (
+        '-m comment --comment "kubernetes forwarding rules" -j DROP -m comment --comment '
+        "x' -m comment --comment \"' -j KUBE-FORWARD -m comment --comment '\" -m comment "
+        "--comment 'z"
+    )
+    bundle = files(
+        **{
+            "plan.json": json.dumps(plan()).replace(json.dumps(old), json.dumps(new)),
+            "iptables-nft-ipv4.restore": RESTORE.replace(old, new),
+            "iptables-nft-ipv4.save": SAVE.replace(old, new),
+        }
+    )
+    with pytest.raises(BundleError, match="line 4: not a kube-proxy jump"):
+        check(bundle)
