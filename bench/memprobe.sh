@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # serve's and audit's peak RSS at one size for several commits of the agent, in one VM boot.
-# Usage: bench/memprobe.sh N OUT REV [REV ...]   (e.g. bench/memprobe.sh 20000 /tmp/mp d57a40d HEAD)
+# Usage: bench/memprobe.sh N OUT REV [REV ...]   (e.g. bench/memprobe.sh 20000 "$(mktemp -d)" d57a40d HEAD)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 n=$1 out=$2; shift 2

@@ -36,7 +36,68 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# A test's tier is the folder it is in (scripts/test --tier NAME runs one): the marker is added
+# here from the path, so a file that forgets its `pytestmark` still runs with its tier.
+TIERS = {
+    "unit": "unit",
+    "netns": "netns",
+    "lab_selftest": "netns",
+    "fault": "fault",
+    "image": "image",
+    "prometheus": "prometheus",
+    "vm": "vm",
+    "realkp": "realkp",
+    "manifests": "manifests",
+    "control_plane_selftest": "upstream",
+}
+# The one tier that needs neither root nor anything scripts/install-deps installs.
+ROOTLESS_TIERS = {"unit"}
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the folder under tests/ it is in (None: in no tier)."""
+    try:
+        parts = path.resolve().relative_to(REPO / "tests").parts
+    except ValueError:
+        return None
+    return TIERS.get(parts[0]) if len(parts) > 1 else None
+
+
+def root_needed_line(tiers: set[str]) -> str:
+    """The one line a run without root ends with when it selected tests that need root."""
+    if len(tiers) == 1:
+        (tier,) = tiers
+        how = f"the {tier} tier needs root: sudo scripts/test --tier {tier}"
+    else:
+        how = (
+            f"the {', '.join(sorted(tiers))} tiers need root: sudo scripts/test --tier NAME "
+            "for one, sudo scripts/test for all"
+        )
+    return f"{how}; without root, scripts/check runs the unit tier and the static checks"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # as each test is collected: before `-m` selects by the markers
+    tier = tier_of(item.path)
+    if tier is not None:
+        item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and after any plugin that reorders (pytest-randomly)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = sorted({str(i.path) for i in items if tier_of(i.path) is None})
+    if strays:
+        raise pytest.UsageError(
+            f"{strays[0]}: in no tier (put it in a folder that tests/conftest.py TIERS names)"
+        )
+    # A kernel that has loaded no module yet cannot be made again without a boot: the test
+    # that needs one runs first, by its marker (not its file's name).
+    items.sort(key=lambda i: "pristine" not in i.keywords)
+    rooted = {t for i in items if (t := tier_of(i.path)) not in ROOTLESS_TIERS and t}
+    if os.geteuid() != 0 and rooted:
+        # Decided: such a run fails at once, before any test, with one line; never a pass
+        # with those tests skipped (tests/README.md).
+        raise pytest.UsageError(root_needed_line(rooted))
     if IN_VM:
         return
     for item in items:
@@ -105,7 +166,7 @@ def python_json(ns: str, *args: str, timeout: float = 120) -> Any:
 def netns() -> Iterator[Any]:
     """Factory of fresh namespaces, each deleted after the test."""
     if os.geteuid() != 0:
-        pytest.fail("the namespace tier needs root (run scripts/test, or deselect -m 'not netns')")
+        pytest.fail(root_needed_line({"netns"}), pytrace=False)
     made: list[str] = []
 
     def make() -> str:
@@ -126,7 +187,7 @@ def image() -> str:
     """The agent's image, built once per run (scripts/test builds it first and passes it in
     IPVS_LEFTOVERS_IMAGE); a build failure fails every test that needs it."""
     if os.geteuid() != 0:
-        pytest.fail("the image tier needs root (rootful podman)")
+        pytest.fail(root_needed_line({"image"}), pytrace=False)
     from tests.image.containers import image_ref
 
     try:

@@ -22,7 +22,7 @@ LOCK_DIR = "/run/ipvs-leftovers"
 NODE_LABEL = "ipvs-leftovers.io/node"
 # A hung cleanup must not hold the node's cleanup lock for ever: past this the Job controller
 # kills the pod (the lock is an flock, released with the process) and marks the Job failed
-# (DeadlineExceeded). Measured whole runs are seconds to a minute (bench/results.md: 17 s of
+# (DeadlineExceeded). Measured whole runs are seconds to a minute (bench/README.md: 17 s of
 # steps at 20,000 Services under emulation); the tools' own deadlines are minutes.
 ACTIVE_DEADLINE = 1800
 

@@ -449,7 +449,7 @@ def _read_summary() -> tuple[IpvsService, ...]:
 def read(detail: bool = True) -> Reading[tuple[IpvsService, ...]]:
     """Every virtual server, over netlink. Without `detail` (serve's scrapes), from one read
     of /proc/net/ip_vs instead: the netlink dump and its decoding were half of a scrape's
-    IPVS time at 10,000 Services (bench/profile-scrape-10000.txt)."""
+    IPVS time at 10,000 Services (`python -m bench.profile_scrape`, bench/README.md)."""
     if not detail:
         return timed(_read_summary, ())
     return timed(lambda: consistent(_read), ())

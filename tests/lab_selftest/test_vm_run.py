@@ -49,7 +49,7 @@ def test_cached_root_is_the_hosts_page_cached_and_read_only(tmp_path: Path) -> N
     assert not list(Path("/tmp").glob("vm-run-probe.*"))  # the layer never reaches the host
     assert (tmp_path / "probe").read_text() == "from-guest\n"
     # The repo is read-only, unless it lives under /tmp: then it is in the guest's writable /tmp
-    # layer (a clone in /tmp/x), whose writes never reach the host either.
+    # layer (a clone somewhere under /tmp), whose writes never reach the host either.
     assert lines["repo"] == ("writable" if REPO.is_relative_to("/tmp") else "read-only")
     assert not (REPO / "vm-run-probe").exists()
     assert lines["python"] == str(REPO / ".venv/bin/python")

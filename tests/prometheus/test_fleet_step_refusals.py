@@ -70,6 +70,22 @@ def jobs(cp: ControlPlane) -> list[str]:
     return [j["metadata"]["name"] for j in doc["items"]]
 
 
+@pytest.fixture(autouse=True)
+def no_fleet_yet(world: Any) -> None:
+    """Each test starts before the first wave, whatever ran before it: no Job, no Lease (the
+    fleet's wave count and acknowledgements live on them)."""
+    cp, _ = world
+    cp.kubectl("-n", NS, "delete", "jobs", "--all", "--wait=true")
+    cp.kubectl("-n", NS, "delete", "lease", "ipvs-leftovers-fleet", "--ignore-not-found")
+    assert jobs(cp) == []
+
+
+def first_wave(world: Any) -> None:
+    code, out, err = step(world, "--apply", "--cluster", "lab", "--json")
+    assert code == 0, err
+    assert json.loads(out)["created"] == ["a1"]
+
+
 def test_a_node_prometheus_knows_and_the_api_server_does_not_is_refused(world: Any) -> None:
     code, out, err = step(world, "--apply")  # no --cluster: two clusters
     assert (code, out) == (4, "")
@@ -187,10 +203,11 @@ def test_the_first_wave_is_one_job_created_after_its_dry_run(world: Any) -> None
 
 
 def test_a_failed_job_halts_until_acknowledged_and_is_not_retried(world: Any) -> None:
-    """After the first wave (the test above): a1's Job fails. Every step halts on it, creating
-    nothing, until the operator acknowledges it with --ack (only --apply writes that down);
-    then the waves go on, one node at a time again, and never give a1 another Job."""
+    """After the first wave, a1's Job fails. Every step halts on it, creating nothing, until
+    the operator acknowledges it with --ack (only --apply writes that down); then the waves go
+    on, one node at a time again, and never give a1 another Job."""
     cp, _ = world
+    first_wave(world)
     name = "ipvs-leftovers-cleanup-a1"
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # What the Job controller writes when a Job's backoff is exhausted (none runs here); the
@@ -245,11 +262,20 @@ def test_a_daemonset_running_auto_cleanup_is_refused(world: Any) -> None:
     patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
               "value": "--auto-cleanup"}]  # fmt: skip
     cp.kubectl("-n", NS, "patch", "ds", "ipvs-leftovers", "--type=json", "-p", json.dumps(patch))
-    before = jobs(cp)
-    code, _, err = step(world, "--apply", "--cluster", "lab")
-    assert code == 4
-    assert err == (
-        "ipvs-leftovers: fleet step refused: DaemonSet ipvs-leftovers/ipvs-leftovers runs "
-        "--auto-cleanup: two actors would clean one fleet (turn one off)"
-    )
-    assert jobs(cp) == before
+    try:
+        code, _, err = step(world, "--apply", "--cluster", "lab")
+        assert code == 4
+        assert err == (
+            "ipvs-leftovers: fleet step refused: DaemonSet ipvs-leftovers/ipvs-leftovers runs "
+            "--auto-cleanup: two actors would clean one fleet (turn one off)"
+        )
+        assert jobs(cp) == []
+    finally:  # the DaemonSet as the other tests expect it
+        args = json.loads(cp.kubectl("-n", NS, "get", "ds", "ipvs-leftovers", "-o", "json"))[
+            "spec"]["template"]["spec"]["containers"][0]["args"]  # fmt: skip
+        last = len(args) - 1
+        assert args[last] == "--auto-cleanup"
+        remove = [{"op": "remove", "path": f"/spec/template/spec/containers/0/args/{last}"}]
+        cp.kubectl(
+            "-n", NS, "patch", "ds", "ipvs-leftovers", "--type=json", "-p", json.dumps(remove)
+        )  # fmt: skip

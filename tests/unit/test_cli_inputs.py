@@ -7,12 +7,17 @@ without running the command: nothing here reads or changes a node."""
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 
 from agent.cli import main
+
+# a lock file path that exists nowhere (nothing is created: parsing never opens it)
+NO_LOCK = Path(tempfile.gettempdir()) / f"ipvs-leftovers-unit-{os.getpid()}" / "cleanup.lock"
 
 
 def parse(
@@ -29,10 +34,23 @@ def parse(
         with main.make_context("ipvs-leftovers", [*args[:at], args[at]]) as ctx:
             cmd = main.get_command(ctx, args[at])
             assert cmd is not None
+            _no_host_lock_file(mp, args[at], cmd, args, env or {})
             sub = cmd.make_context(args[at], list(args[at + 1 :]), parent=ctx)
             return dict(ctx.params), dict(sub.params)
     finally:
         mp.undo()
+
+
+def _no_host_lock_file(
+    mp: pytest.MonkeyPatch, name: str, cmd: click.Command, args: list[str], env: dict[str, str]
+) -> None:
+    """The default --lock-file is the machine's /run/ipvs-leftovers/cleanup.lock: one left
+    there by a root run makes click refuse it as unreadable to a user, which says nothing of
+    the options parsed here. Unless the test names one, the lock is a path of its own."""
+    var = f"IPVS_LEFTOVERS_{name.upper().replace('-', '_')}_LOCK_FILE"
+    named = "--lock-file" in args or var in env
+    if any(p.name == "lock_file" for p in cmd.params) and not named:
+        mp.setenv(var, str(NO_LOCK))
 
 
 def usage_error(args: list[str], env: dict[str, str] | None = None) -> str:

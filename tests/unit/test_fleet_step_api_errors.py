@@ -7,13 +7,10 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from agent.cli import main
 from tests.kube_stub import Stub, kube_stub
-
-pytest.importorskip("kubernetes")
 
 
 def run(kubeconfig: Path) -> tuple[int, str]:

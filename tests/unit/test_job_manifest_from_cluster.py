@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from agent.cli import main
 from tests.kube_stub import Stub, daemonset, kube_stub
 
-pytest.importorskip("kubernetes")
 IMAGE = "registry.example.net/ipvs-leftovers:1.2.3"
 
 

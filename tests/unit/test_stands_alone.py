@@ -2,8 +2,10 @@
 
 Every file git tracks is read as text. None may point at the shared folder beside the
 checkout that the project was first specified in (a user who clones the project does not have
-it), cite that specification by section number, or name the work's own tracker: an issue
-number, a work session. Upstream references stay (`kubernetes/kubernetes#80627` is a public
+it), cite that specification by section number, name the work's own tracker (an issue
+number, a work session), or hold an absolute path of the machine it was written on: the
+checkout's own path, the workspace, root's or a user's home, a particular folder in /tmp
+(a script's default `/tmp/ipvs-leftovers-*` and mktemp templates are not particular). Upstream references stay (`kubernetes/kubernetes#80627` is a public
 pull request). What the code relies on from outside is in docs/contract.md and
 docs/kube-proxy-names.md.
 """
@@ -21,13 +23,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Written in pieces so that this file does not match itself.
 FORBIDDEN = {
-    "the shared folder beside the checkout": re.compile(r"(?:\.\./|/work/)" + "shared" + r"\b"),
+    "the shared folder beside the checkout": re.compile(
+        r"(?:\.\./|/" + "work" + r"/)" + "shared" + r"\b"
+    ),
     "a section of the outside specification": re.compile("SPEC" + r"\s*§|(?<![\w/])§\s*\d"),
     "an issue number of the project's tracker": re.compile(
         r"(?i)(?<![\w/#-])" + "issue" + r"s?\s+#?\d+"
     ),
     "a work session": re.compile(r"(?i)\b" + "session" + r"s?\s+\d+"),
+    # a path starts the word: `$tmp/root/usr` and `{proc}/9/root/etc` are not root's home
+    "an absolute path of this machine": re.compile(
+        "|".join(
+            r"(?<![\w.$}/-])/" + rest
+            for rest in (
+                "work/",
+                "root/",
+                "home" + r"/\w",
+                "tmp" + r"/(?!ipvs-leftovers)(?![\w.-]*XXXXXX)[\w.-]",
+            )
+        )
+    ),
 }
+
+
+def _this_checkout() -> re.Pattern[str]:
+    """The checkout's own absolute path (wherever it is cloned), as written or resolved."""
+    paths = {str(ROOT), str(ROOT.resolve())}
+    return re.compile("|".join(r"(?<![\w.-])" + re.escape(p) + r"\b" for p in sorted(paths)))
 
 
 def _tracked() -> list[Path]:
@@ -49,7 +71,7 @@ def test_nothing_tracked_points_outside_the_repository_or_at_the_tracker() -> No
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue  # binary: nothing a reader follows
-        for what, pattern in FORBIDDEN.items():
+        for what, pattern in {**FORBIDDEN, "this checkout's path": _this_checkout()}.items():
             # the whole text: a reference broken over two lines is still one
             for m in pattern.finditer(text):
                 n = text.count("\n", 0, m.start()) + 1
@@ -62,7 +84,12 @@ def test_nothing_tracked_points_outside_the_repository_or_at_the_tracker() -> No
     "line",
     [
         "see ../shared/SPEC.md",
-        "/work/shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz",
+        "/" + "work/shared/kube-proxy/kube-proxy-v1.30.3-linux-amd64.xz",
+        "cd /" + "work/main && make",
+        "HOME=/" + "root/.cache",
+        "the profile in /" + "home/alice/bench",
+        "bench/run --out /" + "tmp/bench-r",
+        "(e.g. bench/memprobe.sh 20000 /" + "tmp/mp d57a40d HEAD)",
         "the gate (SPEC §5)",
         "names.py's §2.1",
         "(issue 23)",
@@ -84,6 +111,13 @@ def test_the_patterns_catch_what_they_are_for(line: str) -> None:
         "docs/contract.md#the-cleanup-gate",
         "the shared collection",
         "shared with kube-proxy and the kubelet",
+        'cp -a "$tmp/root/usr/bin/prometheus"',
+        'f"cannot read {proc}/9/root/missing.conf"',
+        "out=/" + "tmp/ipvs-leftovers-bench",
+        "ctl=$(mktemp -d /" + "tmp/vm-run.XXXXXX)",
+        "stage=$(mktemp -d /var/" + "tmp/ipvs-leftovers-bench.XXXXXX)",
+        'Path("/' + 'tmp").glob(f"{name}*.pid")',
+        "/usr/sbin/iptables-legacy-restore",
     ],
 )
 def test_the_patterns_leave_public_references_alone(line: str) -> None:

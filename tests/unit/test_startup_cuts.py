@@ -143,7 +143,9 @@ def test_restore_checks_with_the_classifier_but_reads_no_whole_node(tmp_path: Pa
     mods = _modules_after(
         "from agent.cli import main\n"
         "try:\n"
-        f"    main(['restore', {str(out.folder)!r}], standalone_mode=False)\n"
+        # a lock of its own: the machine's default one may be a root run's, unreadable here
+        f"    main(['restore', {str(out.folder)!r}, '--lock-file', {str(tmp_path / 'lock')!r}],"
+        " standalone_mode=False)\n"
         "except SystemExit:\n"
         "    pass"
     )

@@ -1,4 +1,7 @@
-"""Runs first in the VM, before any test loads a module: reading must load none (docs/contract.md#safety-rules)."""
+"""Reading must load no module (docs/contract.md#safety-rules), seen on a kernel that has loaded
+none yet. Only a boot makes such a kernel, so this test carries the `pristine` marker and
+tests/conftest.py runs it before every other test of the boot, whatever its file is called or
+the order the others run in."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pytest
 from lab import build
 from tests.conftest import run_agent
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.pristine]
 
 
 def _modules() -> set[str]:
