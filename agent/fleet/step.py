@@ -168,6 +168,38 @@ def _take_lease(k: Kube, ns: str, o: Options) -> tuple[dict[str, Any], int]:
     return lease, max(size, 1)
 
 
+def _renew(k: Kube, ns: str, o: Options, lease: dict[str, Any]) -> None:
+    """The Lease renewed right before the Jobs are made, from the version this step took.
+
+    Reading the fleet can outlast the Lease (a query per hour of the hold-down, each up to
+    --prometheus-timeout): another step may have taken the expired Lease meanwhile, and two
+    steps would create one wave twice. The API server answers 409 to a replace from a stale
+    resourceVersion, so this refuses instead, having created nothing."""
+    lease["spec"]["renewTime"] = _now().isoformat()
+    try:
+        renewed = k.serialize(
+            kube.call(
+                f"renewing Lease {ns}/{o.lease}",
+                k.coord.replace_namespaced_lease,
+                o.lease,
+                ns,
+                lease,
+            )
+        )
+    except kube.KubeError as exc:
+        if exc.status == 409:
+            raise Refusal(
+                f"Lease {ns}/{o.lease} changed while this step read the fleet (another step "
+                "took it after it expired); no Job created",
+                PAUSED,
+            ) from None
+        raise Refusal(str(exc), REFUSED) from None
+    finally:
+        k.calls += 1
+    lease.clear()
+    lease.update(renewed)
+
+
 def _release(k: Kube, ns: str, o: Options, lease: dict[str, Any], size: int) -> None:
     lease["metadata"].setdefault("annotations", {})[SIZE_ANNOTATION] = str(size)
     lease["spec"]["holderIdentity"] = None
@@ -268,6 +300,7 @@ def _step(
         # step() takes the Lease whenever o.apply; creating a wave without holding it would let
         # two steps create the same wave, so stop before any Job exists
         raise RuntimeError(f"fleet step: about to create wave {wave} without Lease {ns}/{o.lease}")
+    _renew(k, ns, o, lease)
     created = _create(k, ns, bodies)
     lines.append(f"wave {wave}: created {len(created)} Job(s): {', '.join(created)}")
     _release(k, ns, o, lease, min(size * 2, o.max_concurrent))

@@ -279,3 +279,50 @@ def test_a_daemonset_running_auto_cleanup_is_refused(world: Any) -> None:
         cp.kubectl(
             "-n", NS, "patch", "ds", "ipvs-leftovers", "--type=json", "-p", json.dumps(remove)
         )  # fmt: skip
+
+
+def test_a_lease_taken_by_another_step_while_this_one_reads_creates_nothing(
+    world: Any,
+) -> None:
+    """Reading the fleet can outlast the Lease (a query per hour of the hold-down, each up to
+    --prometheus-timeout): when another step took the expired Lease meanwhile, this one stops
+    before creating its wave (exit 3 from the CLI), and the other holder keeps the Lease."""
+    from agent.fleet import kube
+    from agent.fleet.eligibility import Params
+    from agent.fleet.prom import Prometheus
+    from agent.fleet.status import Refusal
+    from agent.fleet.step import PAUSED, Options
+    from agent.fleet.step import step as run_step
+
+    cp, prom = world
+
+    class SlowReading(Prometheus):
+        """The first query happens after another step took the Lease this one holds."""
+
+        taken = False
+
+        def query(self, expr: str, at: float) -> Any:
+            if not self.taken:
+                self.taken = True
+                lease = json.loads(
+                    cp.kubectl("-n", NS, "get", "lease", "ipvs-leftovers-fleet", "-o", "json")
+                )
+                lease["spec"]["holderIdentity"] = "another-step"
+                cp.kubectl("replace", "-f", "-", stdin=json.dumps(lease))
+            return super().query(expr, at)
+
+    options = Options(
+        params=Params(3600.0, 120.0, 900.0),
+        cluster="lab",
+        ignore_alerts=".*",
+        namespace=None,
+        apply=True,
+    )
+    api = kube.api_client(str(cp.admin_kubeconfig), None)
+    with pytest.raises(Refusal) as refused:
+        run_step(SlowReading(prom.url), api, options, NOW)
+    assert refused.value.code == PAUSED
+    assert "changed while this step read the fleet" in str(refused.value)
+    assert jobs(cp) == []
+    lease = json.loads(cp.kubectl("-n", NS, "get", "lease", "ipvs-leftovers-fleet", "-o", "json"))
+    assert lease["spec"]["holderIdentity"] == "another-step"
