@@ -150,6 +150,84 @@ def sync_age(kp: KubeProxy, families: list[Family], now: float, max_sync_age: fl
     return failed
 
 
+# kube-proxy's default --sync-period (pkg/proxy/apis/config/v1alpha1/defaults.go
+# SetDefaults_KubeProxyConfiguration: NFTables.SyncPeriod 30s, MinSyncPeriod 1s). nftables mode
+# passes it to its sync runner as the retry interval after a failed sync, and the minimum sync
+# period, at most it (validation.go), bounds how long a change waits for its first attempt.
+SYNC_PERIOD = 30.0
+
+
+def _family_value(values: dict[Family | None, float], family: Family) -> float | None:
+    """A per-family series' value: the family's, else the unlabelled one (before 1.33)."""
+    return values.get(family, values.get(None))
+
+
+def unsynced_change(
+    kp: KubeProxy, families: list[Family], now: float, sync_period: float
+) -> list[str]:
+    """Failures: a change kube-proxy was told of more than a sync period ago that no successful
+    sync has followed (pkg/proxy/nftables/proxier.go: Sync and SyncLoop stamp
+    kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds, only a successful syncProxyRules
+    stamps kubeproxy_sync_proxy_rules_last_timestamp_seconds). A working kube-proxy makes its
+    first attempt within --min-sync-period (at most --sync-period); a failed one is retried
+    after --sync-period. So its table lacks that change, while /livez stays 200 until the
+    oldest pending change is twice the sync period old. The last sync's age alone says
+    nothing: an idle kube-proxy re-syncs once an hour (proxyutil.FullSyncPeriod)."""
+    metrics = kp.metrics.data
+    if metrics is None:
+        return []
+    failed, at = [], kp.read_at or now
+    for family in families:
+        queued = _family_value(metrics.last_queued, family)
+        synced = _family_value(metrics.last_sync, family)
+        if queued is None or (synced is not None and synced >= queued):
+            continue
+        waited = at - queued
+        if waited <= sync_period:
+            continue
+        last = "none yet" if synced is None else f"{at - synced:.0f}s ago"
+        failed.append(
+            f"{kube_proxy_name(family)}: a change queued {waited:.0f}s ago is not synced "
+            f"(last successful sync: {last}; kube-proxy retries a failed sync every "
+            f"--sync-period, {sync_period:g}s by default): its nftables rules are stale"
+        )
+    return failed
+
+
+def failures_rising(before: KubeProxy, after: KubeProxy, families: list[Family]) -> list[str]:
+    """Failures: kube-proxy counted failed nftables transactions between the gate's two reads
+    (pkg/proxy/nftables/proxier.go syncProxyRules: a failed transaction increments
+    kubeproxy_sync_proxy_rules_nftables_sync_failures_total and queues nothing, so /livez
+    does not see it). The counter is absent until a family's first failure: absent is 0."""
+    first, second = before.metrics.data, after.metrics.data
+    if first is None or second is None:
+        return []
+    failed = []
+    for family in families:
+        was = _family_value(first.sync_failures, family) or 0.0
+        now = _family_value(second.sync_failures, family) or 0.0
+        if now > was:
+            failed.append(
+                f"{kube_proxy_name(family)}: "
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total "
+                f"rose from {was:g} to {now:g} between the gate's two reads: "
+                "nftables transactions are failing"
+            )
+    return failed
+
+
+def recheck_refusal(before: KubeProxy, after: Snapshot, mode: Mode) -> str | None:
+    """The gate on its second read: `refusal(mode)`, then the failures counted since the
+    first read."""
+    refused = refusal(mode)
+    if refused:
+        return refused
+    rising = failures_rising(before, after.kube_proxy, list(mode.families))
+    if rising:
+        return f"refused: nftables mode is not confirmed ({rising[0]}); nothing was changed"
+    return None
+
+
 def confirm(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
     """The gate (docs/contract.md#the-cleanup-gate): /proxyMode, the tables of every active
     family, kube-proxy's health.
@@ -173,6 +251,7 @@ def confirm(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool)
     for part in (nftables_tables(snap, families), health(kp)):
         evidence += part[0]
         failed += part[1]
+    failed += unsynced_change(kp, families, now, SYNC_PERIOD)
     failed += sync_age(kp, families, now, max_sync_age)
     metrics = kp.metrics.data
     if metrics is not None and metrics.nftables_series:

@@ -347,7 +347,12 @@ class KubeProxyMetrics:
 
     # kubeproxy_sync_proxy_rules_last_timestamp_seconds, by ip_family (None when unlabelled).
     last_sync: dict[Family | None, float] = field(default_factory=dict)
-    nftables_sync_failures: float | None = None
+    nftables_sync_failures: float | None = None  # summed over the families
+    # By ip_family, for the gate's sync conditions: ..._nftables_sync_failures_total (absent
+    # until the family's first failed transaction) and ..._last_queued_timestamp_seconds (the
+    # last change kube-proxy was told of), both kubeproxy_sync_proxy_rules_*.
+    sync_failures: dict[Family | None, float] = field(default_factory=dict)
+    last_queued: dict[Family | None, float] = field(default_factory=dict)
     nftables_series: bool = False
     ipvs_series: bool = False
     iptables_series: bool = False

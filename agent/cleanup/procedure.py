@@ -110,12 +110,19 @@ def _backup(plan: Plan, settings: Settings) -> Path:
 
 
 def _recheck(
-    again: Collection, settings: Settings, backed_up: dict[str, str], bundle: Path
+    again: Collection,
+    settings: Settings,
+    backed_up: dict[str, str],
+    bundle: Path,
+    first: Collection,
 ) -> None:
-    """The gate again on a new reading, and that reading against the backup, in content: the
-    plan made from it against the one the bundle was written from, then the members and real
-    servers it lists against the bundle's. Refused (nothing changed) when either differs."""
-    refusal = gate_refusal(again)
+    """The gate again on a new reading (and kube-proxy's failed syncs since the `first`), and
+    that reading against the backup, in content: the plan made from it against the one the
+    bundle was written from, then the members and real servers it lists against the bundle's.
+    Refused (nothing changed) when either differs."""
+    refusal = gate.recheck_refusal(
+        first.snapshot.kube_proxy, again.snapshot, again.classification.mode
+    )
     if refusal:
         raise Refused(refusal)
     now = plan_for(again, settings)
@@ -176,7 +183,7 @@ def _locked(
     if settings.pause_before_execute:
         note("re-checking the gate")
         time.sleep(settings.pause_before_execute)
-    _recheck(collect(), settings, backed_up, bundle)
+    _recheck(collect(), settings, backed_up, bundle, col)
     saved_sets = _saved_sets(bundle)
     stop.check()  # the last moment a stop changes nothing
     started = time.monotonic()

@@ -292,6 +292,7 @@ _WANTED = (
     "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
     "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
     "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
 )
 
 
@@ -302,6 +303,8 @@ class _Metrics:
     def __init__(self) -> None:
         self.kubeproxy = self.nftables = self.iptables = False
         self.last_sync: dict[Family | None, float] = {}
+        self.last_queued: dict[Family | None, float] = {}
+        self.failures: dict[Family | None, float] = {}
         self.sums: dict[str, float] = {}
 
     def line(self, raw: bytes) -> None:
@@ -326,13 +329,18 @@ class _Metrics:
             value = float(m.group(3))
         except ValueError as exc:
             raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
-        if name == _WANTED[0]:
+        by_family = {
+            _WANTED[0]: self.last_sync,
+            _WANTED[1]: self.failures,
+            _WANTED[4]: self.last_queued,
+        }.get(name)
+        if by_family is not None:
             labels = dict(_LABEL.findall(m.group(2) or ""))
             if not labels.get("ip_family"):
-                self.last_sync[None] = value
+                by_family[None] = value
             elif (fam := ip_family(labels["ip_family"])) is not None:  # kube-proxy has no other
-                self.last_sync[fam] = value
-        else:
+                by_family[fam] = value
+        if name not in (_WANTED[0], _WANTED[4]):
             self.sums[name] = self.sums.get(name, 0.0) + value
 
     def result(self) -> KubeProxyMetrics:
@@ -340,6 +348,8 @@ class _Metrics:
             raise Garbage("/metrics has no kubeproxy_ series")
         return KubeProxyMetrics(
             last_sync=self.last_sync,
+            last_queued=self.last_queued,
+            sync_failures=self.failures,
             nftables_sync_failures=self.sums.get(_WANTED[1]),
             nftables_series=self.nftables,
             ipvs_series=False,  # ipvs mode registers no series of its own
