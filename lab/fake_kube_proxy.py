@@ -4,7 +4,7 @@ Run inside a namespace: python -m lab.fake_kube_proxy --state-file PATH. The JSO
 re-read on every request, so a test flips behaviour by rewriting it:
   {"mode": "nftables"|"ipvs"|"iptables", "families": ["IPv4", "IPv6"], "healthy": true,
    "last_sync_age": 5.0, "healthz_format": null|"json"|"old"|"oldest", "garbage": false,
-   "sync_failures": 0, "node_eligible": true,
+   "sync_failures": 0, "queued_age": null, "node_eligible": true,
    "release": null|"v1.30.3"|"v1.34.4"|"v1.35.4"|"v1.36.3"|"v1.37.2"}
 "release" picks the profile of a real release (PROFILES), each checked against what that
 release served (tests/data/kube-proxy-<release>, tests/unit/test_recorded_releases.py); null is
@@ -15,6 +15,9 @@ mode) and no ..._iptables_restore_failures_total (ipvs, iptables mode). v1.30.3:
 strings, no ip_family label, every series at 0 from the start (docs/kube-proxy-releases.md).
 "healthz_format" null is the release's; a value overrides it for the health bodies only:
 "old" is 1.30-1.32's Go-time strings, "oldest" a release before /livez (404 there).
+"queued_age" null serves the last queued time equal to the last sync ("last_sync_age"); a
+number serves a change queued that many seconds ago (smaller than "last_sync_age": queued after
+the last successful sync, a change no sync has followed). "sync_failures" is served for each family.
 node_eligible false is a node being deleted: /healthz answers 503 (its `healthy` stays the
 proxier's own), /livez ignores it (as kube-proxy's proxy_health.go).
 """
@@ -290,6 +293,8 @@ _LABEL_VALUES = {"table": ("filter", "nat"), "traffic_policy": ("external", "int
 def _value(name: str, state: dict[str, Any], now: float, labels: dict[str, str]) -> float:
     mode = state["mode"]
     failures = float(state["sync_failures"])
+    if name.endswith("_last_queued_timestamp_seconds") and state.get("queued_age") is not None:
+        return now - float(state["queued_age"])
     if name.endswith(("_last_timestamp_seconds", "_last_queued_timestamp_seconds")):
         return now - float(state["last_sync_age"])
     if name == "kubeproxy_sync_proxy_rules_nftables_sync_failures_total":
