@@ -230,7 +230,8 @@ def recheck_refusal(before: KubeProxy, after: Snapshot, mode: Mode) -> str | Non
 
 def confirm(snap: Snapshot, now: float, max_sync_age: float, v6_leftovers: bool) -> Mode:
     """The gate (docs/contract.md#the-cleanup-gate): /proxyMode, the tables of every active
-    family, kube-proxy's health.
+    family, kube-proxy's health, no change left unsynced past the sync period (the failures
+    counted between the gate's two reads are `recheck_refusal`'s).
 
     The nftables-specific metric series are extra evidence when present, never required:
     a release exposes its counters only once they first move.
