@@ -20,10 +20,10 @@ from agent import exitcodes, gate
 from agent.cleanup import lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
+from agent.cleanup.plan import Plan, describe, make_plan
 from agent.cleanup.stop import Stop, Stopped
 from agent.collection import Collection
 from agent.readers import tools
-from agent.views.plan import Plan, describe, make_plan
 
 
 class Refused(Exception):

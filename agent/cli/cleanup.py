@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) -> int:
     """`cleanup` without --apply: the plan, and what --apply would do; the exit code."""
     from agent.cleanup import procedure
-    from agent.views.plan import describe
+    from agent.cleanup.plan import describe
 
     plan = procedure.plan_for(col, settings)
     say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")

@@ -362,7 +362,7 @@ def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
     ):
         build.run(["ip", "netns", "exec", ns, "ipset", *cmd.split()])
     code = (
-        "from agent.cleanup.executor import execute; from agent.views.plan import DestroySet;"
+        "from agent.cleanup.executor import execute; from agent.cleanup.plan import DestroySet;"
         "from agent.snapshot import Ipset;"
         "steps = [DestroySet(n, (), Ipset(n, 'hash:ip', 4, 0, 0))"
         " for n in ('KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK', 'KUBE-LOOP-BACK')];"
@@ -451,7 +451,7 @@ BATCHED_DESTROY = """
 import sys
 from agent.readers import netlink
 from agent.cleanup.executor import execute
-from agent.views.plan import DestroySet
+from agent.cleanup.plan import DestroySet
 from agent.snapshot import Ipset
 
 sends = []

@@ -162,15 +162,19 @@ def test_the_check_finds_a_planted_upward_import_and_a_planted_cycle(tmp_path: P
     shutil.copytree(AGENT, tree, ignore=shutil.ignore_patterns("__pycache__"))
     links = tree / "readers" / "links.py"
     links.write_text(links.read_text() + "\nfrom agent.cli import common  # planted\n")
-    plan = tree / "views" / "plan.py"
-    plan.write_text(plan.read_text() + "\nfrom agent.views import report  # planted\n")
+    conn = tree / "views" / "connections.py"
+    conn.write_text(conn.read_text() + "\nfrom agent.views import report  # planted\n")
     report = tree / "views" / "report.py"
-    report.write_text(report.read_text() + "\nfrom agent.views.plan import Plan  # planted\n")
+    report.write_text(
+        report.read_text() + "\nfrom agent.views.connections import Reading  # planted\n"
+    )
     graph = imports(tree, "agent")
     assert upward(graph, stage) == [
         "agent.readers.links (readers) imports agent.cli.common (cli)",
     ]
-    assert ["agent.views.plan", "agent.views.report", "agent.views.plan"] in cycles(graph)
+    assert ["agent.views.connections", "agent.views.report", "agent.views.connections"] in cycles(
+        graph
+    )
 
 
 def test_function_level_and_type_checking_imports(tmp_path: Path) -> None:
