@@ -154,7 +154,7 @@ def job_manifest(
 
     The image and namespace are the running DaemonSet's unless --image is given: a Job never
     runs a placeholder image. Exit 4 when the DaemonSet cannot be read (one line: why)."""
-    from agent.cleanup.job import InvalidName, render, validate
+    from agent.job import InvalidName, render, validate
 
     try:
         validate(node, namespace or "ipvs-leftovers")
