@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
 import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, Seconds
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, Duration, Seconds
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -20,35 +19,6 @@ if TYPE_CHECKING:
     from agent.collection import Collection
     from agent.views.metrics import SharedCollection
     from agent.views.server import Server
-
-
-class Duration(click.ParamType):  # type: ignore[type-arg]
-    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`; finite, at least `least`."""
-
-    name = "duration"
-    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-    def __init__(self, least: float = 0.0) -> None:
-        self.least = least
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            seconds = float(value)
-        else:
-            text = str(value).strip()
-            unit = self._UNITS.get(text[-1:], None)
-            try:
-                seconds = float(text[:-1]) * unit if unit else float(text)
-            except ValueError:
-                self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
-        if not math.isfinite(seconds):  # nan passed every comparison; inf held off forever
-            self.fail(f"{value!r} is not a finite duration", param, ctx)
-        if seconds < self.least:
-            what = "negative" if self.least == 0 else f"under {self.least:g}s"
-            self.fail(f"{value!r} is {what}", param, ctx)
-        return seconds
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
