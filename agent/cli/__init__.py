@@ -12,6 +12,7 @@ import importlib
 import click
 
 from agent import __version__, names
+from agent.cli import common
 from agent.cli.options import Seconds
 
 # command name -> "module:function"; shown in this order by --help (click sorts names)
@@ -123,12 +124,12 @@ def main(
     log_format: str,
 ) -> None:
     """Audit and safely clean up what kube-proxy's ipvs mode left on this node."""
-    ctx.obj = {
-        "metrics_url": kube_proxy_metrics_url,
-        "healthz_url": kube_proxy_healthz_url,
-        "timeout": timeout,
-        "log_format": log_format,
-    }
+    ctx.obj = common.GroupOptions(
+        metrics_url=kube_proxy_metrics_url,
+        healthz_url=kube_proxy_healthz_url,
+        timeout=timeout,
+        log_format=log_format,
+    )
 
 
 documented_env(main, ENV_PREFIX)

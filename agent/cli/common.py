@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -35,12 +36,30 @@ def require_permission() -> None:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class GroupOptions:
+    """The options given before the command (`ipvs-leftovers --timeout 3 audit`): the group
+    stores them as its context's obj, and each command reads them with group_options()."""
+
+    metrics_url: str
+    healthz_url: str
+    timeout: float
+    log_format: str
+
+
+def group_options(ctx: click.Context) -> GroupOptions:
+    obj = ctx.find_root().obj
+    if not isinstance(obj, GroupOptions):  # a command invoked without the group
+        raise TypeError(f"the group's options are missing (ctx.obj is {type(obj).__name__})")
+    return obj
+
+
 def options(ctx: click.Context) -> Options:
     """The group's --kube-proxy-*-url and --timeout, as the readers take them."""
     from agent.collect import Options
 
-    obj = ctx.find_root().obj
-    return Options(obj["metrics_url"], obj["healthz_url"], obj["timeout"])
+    group = group_options(ctx)
+    return Options(group.metrics_url, group.healthz_url, group.timeout)
 
 
 def dump_json(doc: object) -> str:

@@ -180,7 +180,7 @@ def serve(
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     common.require_permission()
-    logs.setup(ctx.obj["log_format"])
+    logs.setup(common.group_options(ctx).log_format)
     log = logging.getLogger("ipvs_leftovers.serve")
     signals = StopSignals()
     opts = for_scrapes(dataclasses.replace(common.options(ctx), budget=source_timeout))
