@@ -37,8 +37,8 @@ def documented_env(command: click.Command, prefix: str) -> click.Command:
 
     click's auto_envvar_prefix builds the name from the Python parameter instead, so `--apply`
     (parameter `apply_`) was IPVS_LEFTOVERS_CLEANUP_APPLY_, with the trailing underscore, and
-    the hidden test-only options (--pause-before-execute) could be set from the environment
-    too. Hidden options and eager ones (--version) are read from no variable."""
+    a hidden option could be set from the environment too. Hidden options and eager ones
+    (--version) are read from no variable."""
     for param in command.params:
         if not isinstance(param, click.Option):
             continue

@@ -13,6 +13,7 @@ import click
 from agent import exitcodes
 
 if TYPE_CHECKING:  # imported by the commands that read the node, not at start-up
+    from agent.cleanup.procedure import Settings
     from agent.collect import Options, Progress
     from agent.collection import Collection
 
@@ -60,6 +61,25 @@ def options(ctx: click.Context) -> Options:
 
     group = group_options(ctx)
     return Options(group.metrics_url, group.healthz_url, group.timeout)
+
+
+def cleanup_settings(ctx: click.Context) -> Settings:
+    """The cleanup's settings from the command's own options, built here alone: `cleanup`'s,
+    and `serve`'s for its auto-cleanup (serve has no --reset-arp-sysctls: it never resets
+    them). The tests' hooks come from agent.cleanup.hooks, never from an option."""
+    from pathlib import Path
+
+    from agent.cleanup import hooks
+    from agent.cleanup.procedure import Settings
+
+    params = ctx.params
+    return Settings(
+        backup_dir=Path(params["backup_dir"]),
+        lock_file=Path(params["lock_file"]),
+        reset_arp_sysctls=bool(params.get("reset_arp_sysctls", False)),
+        tool_timeout=float(params["tool_timeout"]),
+        hooks=hooks.ACTIVE,
+    )
 
 
 def dump_json(doc: object) -> str:
