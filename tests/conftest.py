@@ -23,8 +23,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the lab package lives beside the agent
 
 from lab import build as lab_build  # noqa: E402
+from tests.agent_hooks import COMMAND as AGENT_HOOKS  # noqa: E402
+from tests.agent_hooks import HOOKS  # noqa: E402
 
 AGENT = str(Path(sys.executable).with_name("ipvs-leftovers"))
+
+
+def agent_for(*args: str) -> list[str]:
+    """The command that runs the agent with `args`: the shipped ipvs-leftovers, or the tests'
+    entry point (tests/agent_hooks.py) when `args` hold one of its hooks, which no shipped
+    command has."""
+    hooked = any(a.partition("=")[0] in HOOKS for a in args)
+    return list(AGENT_HOOKS) if hooked else [AGENT]
+
+
 IN_VM = os.environ.get("IPVS_LEFTOVERS_IN_VM") == "1"
 
 

@@ -1,5 +1,5 @@
 """The re-check's window: change the node while `cleanup --apply` waits
-between its backup and its re-check (the hidden --pause-before-execute), then judge the run."""
+between its backup and its re-check (the tests' hook --pause-before-execute, tests/agent_hooks.py), then judge the run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import build
-from tests.conftest import AGENT
+from tests.conftest import AGENT_HOOKS
 from tests.dumps import dump
 
 
@@ -19,7 +19,7 @@ def changed_during_the_pause(
     """Run `cleanup --apply`, make `change` once the backup is written (the re-check's window),
     and return the run with the node as the change left it."""
     cmd = [
-        *build.in_ns(ns, AGENT),
+        *build.in_ns(ns, *AGENT_HOOKS),
         "cleanup",
         "--apply",
         "--backup-dir",

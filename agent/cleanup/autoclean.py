@@ -32,10 +32,10 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from agent import METRIC_PREFIX as PREFIX
 from agent.cleanup import procedure
 from agent.cleanup.stop import Stop
 from agent.collection import Collection
-from agent.views.metrics import PREFIX
 
 log = logging.getLogger("ipvs_leftovers.autoclean")
 

@@ -26,9 +26,7 @@ from typing import Any
 
 from agent import __version__
 from agent.cleanup import bundle, ipset_save, ipvsadm_save
-from agent.readers import ipvs, tools
-from agent.snapshot import IpvsService
-from agent.views.plan import (
+from agent.cleanup.plan import (
     ChangeTable,
     DeleteLink,
     DeleteService,
@@ -38,6 +36,8 @@ from agent.views.plan import (
     Step,
     TableChange,
 )
+from agent.readers import ipvs, tools
+from agent.snapshot import IpvsService
 
 SAVE_TOOL = {
     ("legacy", "ipv4"): "iptables-legacy",

@@ -1,6 +1,6 @@
 """Applies a plan step by step. Decides nothing: every object and its order come from the plan.
 
-Each kind of step has its own class (agent.views.plan) and is dispatched by type."""
+Each kind of step has its own class (agent.cleanup.plan) and is dispatched by type."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ from typing import Literal
 
 from agent.cleanup import backup, recheck
 from agent.cleanup.backup import SAVE_TOOL
-from agent.readers import tools
-from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
-from agent.readers.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
-from agent.views.plan import (
+from agent.cleanup.plan import (
     ChangeTable,
     DeleteLink,
     DeleteService,
@@ -26,6 +23,9 @@ from agent.views.plan import (
     ResetSysctl,
     Step,
 )
+from agent.readers import tools
+from agent.readers.ipvs_wire import CMD_DEL_SERVICE, GENL_VERSION, service_key
+from agent.readers.netlink import GenericNetlink, IpsetNetlink, NetlinkError, RtNetlink, consistent
 
 XTABLES_WAIT = "30"  # seconds to wait for /run/xtables.lock, shared with kube-proxy and kubelet
 IPSET_IN_USE = 4100

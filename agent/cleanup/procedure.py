@@ -20,10 +20,11 @@ from agent import exitcodes, gate
 from agent.cleanup import lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
+from agent.cleanup.hooks import NONE, Hooks
+from agent.cleanup.plan import Plan, describe, make_plan
 from agent.cleanup.stop import Stop, Stopped
 from agent.collection import Collection
 from agent.readers import tools
-from agent.views.plan import Plan, describe, make_plan
 
 
 class Refused(Exception):
@@ -43,18 +44,13 @@ class Interrupted(CleanupError):
     undone; the message says which (exit 4)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     backup_dir: Path
     lock_file: Path
     reset_arp_sysctls: bool = False
-    pause_before_execute: float = 0.0  # hidden test hook: a window between backup and re-check
-    step_delay: float = 0.0  # hidden test hook: a window between steps
     tool_timeout: float = tools.DEFAULT_TIMEOUT  # per netfilter tool run (backup, restore)
-    # hidden test hook: SIGKILL this process right after the k-th step's outcome (with a step
-    # delay, so each step runs alone): a kill exactly at a step boundary, however loaded the
-    # machine that runs the test is
-    kill_after_step: int = 0
+    hooks: Hooks = NONE  # only the tests set them (agent.cleanup.hooks)
 
 
 @dataclass
@@ -142,7 +138,7 @@ def _recheck(
 
 
 def _reporter(say: Callable[[str], None], settings: Settings) -> Callable[[Outcome], None]:
-    """Says each outcome; the test hook --kill-after-step kills the process after the k-th."""
+    """Says each outcome; the tests' hook kill_after_step kills the process after the k-th."""
     reported = 0
 
     def report(o: Outcome) -> None:
@@ -150,7 +146,7 @@ def _reporter(say: Callable[[str], None], settings: Settings) -> Callable[[Outco
         detail = f": {o.detail}" if o.detail else ""
         say(f"{o.result:6} {o.step.action} {o.step.target}{detail}")
         reported += 1
-        if reported == settings.kill_after_step:
+        if reported == settings.hooks.kill_after_step:
             import os
             import signal
 
@@ -180,9 +176,9 @@ def _locked(
     bundle = _backup(plan, settings)
     say(f"backup: {bundle}")
     stop.check()
-    if settings.pause_before_execute:
+    if settings.hooks.pause_before_execute:
         note("re-checking the gate")
-        time.sleep(settings.pause_before_execute)
+        time.sleep(settings.hooks.pause_before_execute)
     _recheck(collect(), settings, backed_up, bundle, col)
     saved_sets = _saved_sets(bundle)
     stop.check()  # the last moment a stop changes nothing
@@ -190,7 +186,7 @@ def _locked(
     outcomes = execute(
         plan.steps,
         _reporter(say, settings),
-        settings.step_delay,
+        settings.hooks.step_delay,
         settings.tool_timeout,
         lambda: stop.asked is not None,
         saved_sets,

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agent.cleanup import backup, ipvsadm_save
+from agent.cleanup.plan import DeleteService, DestroySet, Plan
 from agent.readers import ipvs
 from agent.snapshot import IpvsService
-from agent.views.plan import DeleteService, DestroySet, Plan
 
 _SHOWN = 80  # characters of a differing line quoted in a reason
 

@@ -444,7 +444,7 @@ def check_sysctls(doc: object, removed: Removed) -> tuple[tuple[str, str], ...]:
             raise BundleError(f"sysctls.json: {name!r} is not a sysctl cleanup may reset")
         if not isinstance(value, str) or removed.sysctls.get(name) != value:
             raise BundleError(f"sysctls.json: {name} is not what plan.json says it was")
-        # cleanup resets a sysctl only from strictARP's value (agent.views.plan): any other
+        # cleanup resets a sysctl only from strictARP's value (agent.cleanup.plan): any other
         # value (arp_ignore=8 answers no ARP at all) is no bundle of cleanup's
         if value != names.ARP_SYSCTLS[name]:
             raise BundleError(

@@ -12,6 +12,7 @@ import importlib
 import click
 
 from agent import __version__, names
+from agent.cli import common
 from agent.cli.options import Seconds
 
 # command name -> "module:function"; shown in this order by --help (click sorts names)
@@ -36,8 +37,8 @@ def documented_env(command: click.Command, prefix: str) -> click.Command:
 
     click's auto_envvar_prefix builds the name from the Python parameter instead, so `--apply`
     (parameter `apply_`) was IPVS_LEFTOVERS_CLEANUP_APPLY_, with the trailing underscore, and
-    the hidden test-only options (--pause-before-execute) could be set from the environment
-    too. Hidden options and eager ones (--version) are read from no variable."""
+    a hidden option could be set from the environment too. Hidden options and eager ones
+    (--version) are read from no variable."""
     for param in command.params:
         if not isinstance(param, click.Option):
             continue
@@ -123,12 +124,12 @@ def main(
     log_format: str,
 ) -> None:
     """Audit and safely clean up what kube-proxy's ipvs mode left on this node."""
-    ctx.obj = {
-        "metrics_url": kube_proxy_metrics_url,
-        "healthz_url": kube_proxy_healthz_url,
-        "timeout": timeout,
-        "log_format": log_format,
-    }
+    ctx.obj = common.GroupOptions(
+        metrics_url=kube_proxy_metrics_url,
+        healthz_url=kube_proxy_healthz_url,
+        timeout=timeout,
+        log_format=log_format,
+    )
 
 
 documented_env(main, ENV_PREFIX)

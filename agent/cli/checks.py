@@ -160,10 +160,13 @@ def verify(
     probe_timeout: float,
 ) -> None:
     """After the migration: clean node, working nftables data plane. Exit 0 ok, 1 otherwise."""
+    from agent.cleanup.plan import make_plan
     from agent.views.checks import verify as run_checks
 
     common.require_permission()
     col = common.collection(common.options(ctx), max_sync_age)
     result = probe(probe_address, probe_timeout)
-    checks = run_checks(col.snapshot, col.classification, result, time.time(), max_sync_age)
+    kept = make_plan(col.snapshot, col.classification).kept_reasons()
+    now = time.time()
+    checks = run_checks(col.snapshot, col.classification, kept, result, now, max_sync_age)
     _emit("verify", checks, as_json)

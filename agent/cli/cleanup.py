@@ -9,7 +9,7 @@ import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Seconds
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) -> int:
     """`cleanup` without --apply: the plan, and what --apply would do; the exit code."""
     from agent.cleanup import procedure
-    from agent.views.plan import describe
+    from agent.cleanup.plan import describe
 
     plan = procedure.plan_for(col, settings)
     say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
@@ -47,9 +47,6 @@ def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) 
 )
 @MAX_SYNC_AGE
 @TOOL_TIMEOUT
-@click.option("--pause-before-execute", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
-@click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
-@click.option("--kill-after-step", type=click.IntRange(min=0), default=0, hidden=True)
 @click.pass_context
 def cleanup(
     ctx: click.Context,
@@ -59,9 +56,6 @@ def cleanup(
     reset_arp_sysctls: bool,
     max_sync_age: float,
     tool_timeout: float,
-    pause_before_execute: float,
-    step_delay: float,
-    kill_after_step: int,
 ) -> None:
     """Remove exactly what ipvs mode left, only once nftables mode is confirmed
     (docs/contract.md#cleanup).
@@ -69,8 +63,6 @@ def cleanup(
     Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error, or stopped by SIGTERM or
     SIGINT (the step under way ends, then every change is undone).
     """
-    from pathlib import Path
-
     from agent.cleanup import procedure
     from agent.cleanup.stop import Stop
     from agent.logs import BatchedLines
@@ -81,15 +73,7 @@ def cleanup(
     import dataclasses
 
     opts = dataclasses.replace(common.options(ctx), nftables_detail=False)
-    settings = procedure.Settings(
-        Path(backup_dir),
-        Path(lock_file),
-        reset_arp_sysctls,
-        pause_before_execute,
-        step_delay,
-        tool_timeout,
-        kill_after_step,
-    )
+    settings = common.cleanup_settings(ctx)
 
     def collect() -> Collection:
         return common.collection(opts, max_sync_age)
@@ -154,7 +138,7 @@ def job_manifest(
 
     The image and namespace are the running DaemonSet's unless --image is given: a Job never
     runs a placeholder image. Exit 4 when the DaemonSet cannot be read (one line: why)."""
-    from agent.cleanup.job import InvalidName, render, validate
+    from agent.job import InvalidName, render, validate
 
     try:
         validate(node, namespace or "ipvs-leftovers")
@@ -185,10 +169,7 @@ def job_manifest(
     help="Restore a bundle whose manifest names another node (it was copied here).",
 )
 @TOOL_TIMEOUT
-@click.option("--step-delay", type=Seconds(min=0, max=3600), default=0.0, hidden=True)
-def restore(
-    bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float, step_delay: float
-) -> None:
+def restore(bundle: str, lock_file: str, from_other_node: bool, tool_timeout: float) -> None:
     """Put back what one cleanup --apply removed, all of it or nothing (docs/bundle.md).
 
     Exit 0 restored (or nothing was missing), 3 another cleanup holds the lock, 4 refused or
@@ -197,12 +178,18 @@ def restore(
     """
     from pathlib import Path
 
+    from agent.cleanup import hooks
     from agent.cleanup import restore as replay
 
     common.require_permission()
     try:
         n = replay.restore(
-            Path(bundle), click.echo, Path(lock_file), from_other_node, tool_timeout, step_delay
+            Path(bundle),
+            click.echo,
+            Path(lock_file),
+            from_other_node,
+            tool_timeout,
+            hooks.ACTIVE.step_delay,
         )
     except replay.BundleError as exc:
         common.fail(f"restore of {bundle} refused: {exc}; nothing was changed", exitcodes.ERROR)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -12,6 +13,7 @@ import click
 from agent import exitcodes
 
 if TYPE_CHECKING:  # imported by the commands that read the node, not at start-up
+    from agent.cleanup.procedure import Settings
     from agent.collect import Options, Progress
     from agent.collection import Collection
 
@@ -35,12 +37,49 @@ def require_permission() -> None:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class GroupOptions:
+    """The options given before the command (`ipvs-leftovers --timeout 3 audit`): the group
+    stores them as its context's obj, and each command reads them with group_options()."""
+
+    metrics_url: str
+    healthz_url: str
+    timeout: float
+    log_format: str
+
+
+def group_options(ctx: click.Context) -> GroupOptions:
+    obj = ctx.find_root().obj
+    if not isinstance(obj, GroupOptions):  # a command invoked without the group
+        raise TypeError(f"the group's options are missing (ctx.obj is {type(obj).__name__})")
+    return obj
+
+
 def options(ctx: click.Context) -> Options:
     """The group's --kube-proxy-*-url and --timeout, as the readers take them."""
     from agent.collect import Options
 
-    obj = ctx.find_root().obj
-    return Options(obj["metrics_url"], obj["healthz_url"], obj["timeout"])
+    group = group_options(ctx)
+    return Options(group.metrics_url, group.healthz_url, group.timeout)
+
+
+def cleanup_settings(ctx: click.Context) -> Settings:
+    """The cleanup's settings from the command's own options, built here alone: `cleanup`'s,
+    and `serve`'s for its auto-cleanup (serve has no --reset-arp-sysctls: it never resets
+    them). The tests' hooks come from agent.cleanup.hooks, never from an option."""
+    from pathlib import Path
+
+    from agent.cleanup import hooks
+    from agent.cleanup.procedure import Settings
+
+    params = ctx.params
+    return Settings(
+        backup_dir=Path(params["backup_dir"]),
+        lock_file=Path(params["lock_file"]),
+        reset_arp_sysctls=bool(params.get("reset_arp_sysctls", False)),
+        tool_timeout=float(params["tool_timeout"]),
+        hooks=hooks.ACTIVE,
+    )
 
 
 def dump_json(doc: object) -> str:

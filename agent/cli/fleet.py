@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from agent.cli import common
-from agent.cli.serve import Duration
+from agent.cli.options import Duration
 
 
 def prometheus_options(f: Callable[..., Any]) -> Callable[..., Any]:

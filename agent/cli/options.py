@@ -24,6 +24,35 @@ class Seconds(click.FloatRange):
         return seconds
 
 
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`; finite, at least `least`."""
+
+    name = "duration"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def __init__(self, least: float = 0.0) -> None:
+        self.least = least
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            text = str(value).strip()
+            unit = self._UNITS.get(text[-1:], None)
+            try:
+                seconds = float(text[:-1]) * unit if unit else float(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
+        if not math.isfinite(seconds):  # nan passed every comparison; inf held off forever
+            self.fail(f"{value!r} is not a finite duration", param, ctx)
+        if seconds < self.least:
+            what = "negative" if self.least == 0 else f"under {self.least:g}s"
+            self.fail(f"{value!r} is {what}", param, ctx)
+        return seconds
+
+
 MAX_SYNC_AGE = click.option(
     "--max-sync-age",
     type=Seconds(min=0),

@@ -3,52 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
 import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, Seconds
+from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Duration, Seconds
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from agent.cleanup.autoclean import AutoCleanup
+    from agent.cleanup.procedure import Settings
     from agent.collect import Options, Progress
     from agent.collection import Collection
     from agent.views.metrics import SharedCollection
     from agent.views.server import Server
-
-
-class Duration(click.ParamType):  # type: ignore[type-arg]
-    """Seconds, or a number with s, m, h or d: `90`, `30m`, `24h`; finite, at least `least`."""
-
-    name = "duration"
-    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-    def __init__(self, least: float = 0.0) -> None:
-        self.least = least
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            seconds = float(value)
-        else:
-            text = str(value).strip()
-            unit = self._UNITS.get(text[-1:], None)
-            try:
-                seconds = float(text[:-1]) * unit if unit else float(text)
-            except ValueError:
-                self.fail(f"{value!r} is not a duration like 90, 30m, 24h", param, ctx)
-        if not math.isfinite(seconds):  # nan passed every comparison; inf held off forever
-            self.fail(f"{value!r} is not a finite duration", param, ctx)
-        if seconds < self.least:
-            what = "negative" if self.least == 0 else f"under {self.least:g}s"
-            self.fail(f"{value!r} is {what}", param, ctx)
-        return seconds
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -66,22 +37,22 @@ def _auto_cleanup(
     max_sync_age: float,
     hold_down: float,
     interval: float,
-    files: tuple[str, str, str | None],
+    settings: Settings,
+    state_file: str | None,
 ) -> AutoCleanup:
     """serve's auto-cleanup: it observes the scrapes' shared collection and, once due, reads
-    the node as `cleanup --apply` does (every attribute: `fresh_opts`). Its streak is kept in
-    a state file (default: auto-cleanup.json beside the lock file)."""
+    the node as `cleanup --apply` does (every attribute: `fresh_opts`) and runs it with the
+    settings `cleanup` would build from the same options. Its streak is kept in a state file
+    (default: auto-cleanup.json beside the lock file)."""
     from pathlib import Path
 
-    from agent.cleanup import procedure
     from agent.cleanup.autoclean import AutoCleanup, load_streak
 
-    backup_dir, lock_file, state_file = files
-    state = Path(state_file or Path(lock_file).with_name("auto-cleanup.json"))
+    state = Path(state_file or settings.lock_file.with_name("auto-cleanup.json"))
     return AutoCleanup(
         observe=shared.get,
         fresh=lambda: common.collection(fresh_opts, max_sync_age),
-        settings=procedure.Settings(Path(backup_dir), Path(lock_file)),
+        settings=settings,
         streak=load_streak(state, hold_down, 3 * interval),
         interval=interval,
         state=state,
@@ -178,6 +149,7 @@ def _bind(host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str
 )
 @BACKUP_DIR
 @LOCK_FILE
+@TOOL_TIMEOUT
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @MAX_SYNC_AGE
@@ -196,6 +168,7 @@ def serve(
     auto_cleanup_state: str | None,
     backup_dir: str,
     lock_file: str,
+    tool_timeout: float,
 ) -> None:
     """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
     import logging
@@ -210,7 +183,7 @@ def serve(
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     common.require_permission()
-    logs.setup(ctx.obj["log_format"])
+    logs.setup(common.group_options(ctx).log_format)
     log = logging.getLogger("ipvs_leftovers.serve")
     signals = StopSignals()
     opts = for_scrapes(dataclasses.replace(common.options(ctx), budget=source_timeout))
@@ -224,7 +197,8 @@ def serve(
             max_sync_age,
             auto_cleanup_hold_down,
             auto_cleanup_interval,
-            (backup_dir, lock_file, auto_cleanup_state),
+            common.cleanup_settings(ctx),
+            auto_cleanup_state,
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(shared, (lambda: list(auto.metrics())) if auto else None))

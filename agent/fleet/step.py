@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.cleanup.job import NODE_LABEL, manifest
 from agent.fleet import kube
 from agent.fleet.eligibility import NO_SAMPLE_YET, NodeData, Params, clean_after, evaluate
 from agent.fleet.prom import Prometheus
@@ -38,6 +37,7 @@ from agent.fleet.status import (
     firing_alerts,
     read_fleet,
 )
+from agent.job import NODE_LABEL, manifest
 
 FLEET_LABEL = "ipvs-leftovers.io/fleet"  # on the Jobs fleet step creates: the Lease's name
 WAVE_ANNOTATION = "ipvs-leftovers.io/wave"

@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from agent import __version__, gate, names
+from agent import METRIC_PREFIX, __version__, gate, names
 from agent.classify import ChainRef, Classification, Owner, RuleRef, ipset_family
 from agent.collect import Progress
 from agent.collection import Collection
@@ -26,7 +26,7 @@ from agent.readers.kernel import SUBSYSTEMS
 from agent.snapshot import Ipset, IpvsService, KubeProxy, Snapshot
 from agent.views.checks.precheck import readiness_metrics
 
-PREFIX = "ipvs_leftovers_"
+PREFIX = METRIC_PREFIX
 CLASS_LABEL = "kube-proxy"  # the IPVS counts' `class` of kube-proxy's virtual servers
 # the reader that proves a subsystem is loaded on a kernel without module support
 READINESS_DOCS = {

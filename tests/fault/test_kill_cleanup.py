@@ -12,8 +12,8 @@ Kill points, found deterministically:
   (today: after plan.json and the set dump are written, then after the first family's files)
   blocks until killed (a shim first on PATH counts the runs; the reading's are counted first);
 - after the backup, before the re-check: the `--pause-before-execute` hook's stderr line;
-- after step k: with `--step-delay` every step runs alone, and the hidden `--kill-after-step k`
-  makes the cleanup SIGKILL itself right after step k's line (a kill sent by the test on
+- after step k: with `--step-delay` every step runs alone, and the hook `--kill-after-step k`
+  (tests/agent_hooks.py) makes the cleanup SIGKILL itself right after step k's line (a kill sent on
   reading the line landed a step or two late on a loaded machine). The node is then checked
   to hold exactly the effect of steps 1..k.
 
@@ -47,7 +47,7 @@ from lab import build, render
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.model import Node, Port, Service
 from lab.scenarios import realistic_node
-from tests.conftest import AGENT, run_agent
+from tests.conftest import agent_for, run_agent
 from tests.dumps import _kube_proxy_chain, dump, minus_leftovers
 
 pytestmark = [pytest.mark.fault, pytest.mark.netns]
@@ -445,7 +445,7 @@ def assert_removed_is_in(bundle: Bundle, removed: dict[str, set[str]]) -> None:
 
 def _cmd(ns: str, backups: Path, lock: Path, *extra: str) -> list[str]:
     return [
-        "ip", "netns", "exec", ns, AGENT, "cleanup", "--apply", "--reset-arp-sysctls",
+        "ip", "netns", "exec", ns, *agent_for(*extra), "cleanup", "--apply", "--reset-arp-sysctls",
         "--backup-dir", str(backups), "--lock-file", str(lock), *extra,
     ]  # fmt: skip
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab import build
-from tests.conftest import AGENT
+from tests.conftest import AGENT_HOOKS
 from tests.dumps import dump
 from tests.netns.test_cleanup import node
 
@@ -30,7 +30,7 @@ def _between_steps(
     """`cleanup --apply` one step at a time (1 s apart), `change` made right after its first
     step is done; `not_yet` is a step that must not have run by then. The run, and the node as
     the change left it."""
-    cmd = [*build.in_ns(ns, AGENT), "cleanup", "--apply", "--step-delay", "1"]
+    cmd = [*build.in_ns(ns, *AGENT_HOOKS), "cleanup", "--apply", "--step-delay", "1"]
     cmd += ["--backup-dir", str(tmp / "b"), "--lock-file", str(tmp / "l")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -19,7 +19,7 @@ import pytest
 from lab import build
 from lab.kube_proxy import FakeKubeProxy, start_fake_kube_proxy
 from lab.scenarios import realistic_node
-from tests.conftest import AGENT, run_agent
+from tests.conftest import AGENT_HOOKS, agent_for, run_agent
 from tests.dumps import dump, minus_leftovers
 from tests.recheck import changed_during_the_pause, one_more_line, refused_for
 
@@ -155,7 +155,7 @@ def test_refused_when_kube_proxy_switches_back_to_ipvs_before_execution(
             "netns",
             "exec",
             ns,
-            AGENT,
+            *AGENT_HOOKS,
             "cleanup",
             "--apply",
             "--backup-dir",
@@ -259,7 +259,7 @@ def kill_after_lines(ns: str, args: list[str], prefix: str, k: int) -> int:
     """The agent with `args` in `ns`, killed with SIGKILL once it has printed `k` lines starting
     with `prefix` (run it with a step delay, so that the kill lands between two steps); how
     many such lines it printed (fewer than k: it finished first)."""
-    cmd = ["ip", "netns", "exec", ns, AGENT, *args]
+    cmd = ["ip", "netns", "exec", ns, *agent_for(*args), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     seen = 0
@@ -362,7 +362,7 @@ def test_set_destroy_maps_the_kernels_answers(netns: Callable[[], str]) -> None:
     ):
         build.run(["ip", "netns", "exec", ns, "ipset", *cmd.split()])
     code = (
-        "from agent.cleanup.executor import execute; from agent.views.plan import DestroySet;"
+        "from agent.cleanup.executor import execute; from agent.cleanup.plan import DestroySet;"
         "from agent.snapshot import Ipset;"
         "steps = [DestroySet(n, (), Ipset(n, 'hash:ip', 4, 0, 0))"
         " for n in ('KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK', 'KUBE-LOOP-BACK')];"
@@ -451,7 +451,7 @@ BATCHED_DESTROY = """
 import sys
 from agent.readers import netlink
 from agent.cleanup.executor import execute
-from agent.views.plan import DestroySet
+from agent.cleanup.plan import DestroySet
 from agent.snapshot import Ipset
 
 sends = []

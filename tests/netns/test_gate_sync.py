@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AGENT
+from tests.conftest import AGENT_HOOKS
 from tests.dumps import dump, minus_leftovers
 from tests.netns.test_cleanup import apply, node
 
@@ -43,7 +43,7 @@ def test_failures_counted_between_the_two_reads_refuse_before_any_change(
 ) -> None:
     with node(netns, tmp_path, state={"sync_failures": 2}) as (ns, kp):
         before = dump(ns)
-        cmd = ["ip", "netns", "exec", ns, AGENT, "cleanup", "--apply"]
+        cmd = ["ip", "netns", "exec", ns, *AGENT_HOOKS, "cleanup", "--apply"]
         cmd += ["--backup-dir", str(tmp_path / "b"), "--lock-file", str(tmp_path / "l")]
         proc = subprocess.Popen(
             [*cmd, "--pause-before-execute", "5"],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AGENT, run_agent
+from tests.conftest import AGENT, AGENT_HOOKS, agent_for, run_agent
 from tests.dumps import dump
 from tests.netns.test_cleanup import node
 
@@ -30,7 +30,7 @@ UNDONE = "every change was undone"
 
 def _cleanup(ns: str, tmp: Path, *extra: str, prefix: tuple[str, ...] = ()) -> list[str]:
     return [
-        "ip", "netns", "exec", ns, *prefix, AGENT, "cleanup", "--apply",
+        "ip", "netns", "exec", ns, *prefix, *agent_for(*extra), "cleanup", "--apply",
         "--backup-dir", str(tmp / "backups"), "--lock-file", str(tmp / "cleanup.lock"), *extra,
     ]  # fmt: skip
 
@@ -268,7 +268,7 @@ def test_a_second_signal_during_restores_undo_is_reported_not_obeyed(
         assert r.rc == 0, r
         (bundle,) = (tmp_path / "backups").iterdir()
         cleaned = node_state(ns)
-        cmd = ["ip", "netns", "exec", ns, AGENT, "restore", str(bundle), "--lock-file",
+        cmd = ["ip", "netns", "exec", ns, *AGENT_HOOKS, "restore", str(bundle), "--lock-file",
                str(tmp_path / "cleanup.lock"), "--step-delay", "1"]  # fmt: skip
         with started(cmd) as proc:
             seen = wait_for(proc.stdout, lambda line: line.startswith("restored iptables"))

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.classify import classify
+from agent.cleanup.plan import make_plan
 from agent.readers.kube_proxy_config import KubeProxyConfig
 from agent.snapshot import (
     Ipset,
@@ -134,7 +135,8 @@ def nft_snap(kp: KubeProxy | None = None, **kw: Any) -> Snapshot:
 
 
 def run_verify(s: Snapshot, probe: ProbeResult = PROBE_OK) -> list[Check]:
-    return checks.verify(s, classify(s, NOW), probe, NOW, 0.0)
+    c = classify(s, NOW)
+    return checks.verify(s, c, make_plan(s, c).kept_reasons(), probe, NOW, 0.0)
 
 
 # kube-proxy's virtual server, a keepalived one, kube-ipvs0 with its address, and the set that

@@ -163,7 +163,7 @@ def test_the_run_restarts_the_saved_streak_before_it_starts(tmp_path: Path) -> N
     auto = autoclean.AutoCleanup(
         observe=lambda: col,  # type: ignore[arg-type,return-value]
         fresh=lambda: col,  # type: ignore[arg-type,return-value]
-        settings=procedure.Settings(tmp_path / "b", tmp_path / "l"),
+        settings=procedure.Settings(backup_dir=tmp_path / "b", lock_file=tmp_path / "l"),
         streak=Streak(hold_down=10, max_gap=30, since=NOW - 20, last_seen=NOW - 5),
         interval=1,
         state=path,

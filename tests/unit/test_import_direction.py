@@ -1,11 +1,11 @@
 """The tree shows the flow (README, "How it is built"): a module imports only its own stage or
 the stages below it, and module-level imports form no cycle.
 
-Stages, lowest first: the model (snapshot, names, exitcodes, logs) < the wire helpers in
+Stages, lowest first: the model (snapshot, names, exitcodes, logs, job) < the wire helpers in
 agent/readers (netlink, ipvs_wire, iptables_save, tools, kernel, _timing) < the readers <
-the centre (gate, findings, evidence, classify, collect, collection) < agent/views <
-agent/cleanup < agent/fleet (the operator's commands that read the cluster and Prometheus)
-< agent/cli <
+the centre (gate, findings, evidence, classify, collect, collection) < side by side,
+agent/views, agent/cleanup (the plan and what changes a node) and agent/fleet (the operator's
+commands that read the cluster and Prometheus), none of which imports another < agent/cli <
 agent/__main__. Imports inside functions count for the direction; imports under
 `if TYPE_CHECKING:` count for neither (they never run).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 
-MODEL = {"agent", "agent.snapshot", "agent.names", "agent.exitcodes", "agent.logs"}
+MODEL = {"agent", "agent.snapshot", "agent.names", "agent.exitcodes", "agent.logs", "agent.job"}
 WIRE = {
     f"agent.readers.{m}"
     for m in ("netlink", "ipvs_wire", "iptables_save", "tools", "kernel", "_timing")
@@ -33,6 +33,8 @@ CENTRE = {
     "agent.collection",
 }
 STAGES = ("model", "wire", "readers", "centre", "views", "cleanup", "fleet", "cli", "main")
+# Stages on one floor: each stands on the centre and below, never on another of them.
+SIDE_BY_SIDE = ("views", "cleanup", "fleet")
 
 
 def stage(module: str) -> int:
@@ -122,6 +124,17 @@ def upward(graph: dict[str, list[tuple[str, bool]]], rank: Callable[[str], int])
     )
 
 
+def sideways(graph: dict[str, list[tuple[str, bool]]], rank: Callable[[str], int]) -> list[str]:
+    """Imports from one side-by-side stage into another."""
+    side = {STAGES.index(name) for name in SIDE_BY_SIDE}
+    return sorted(
+        f"{src} ({STAGES[rank(src)]}) imports {dst} ({STAGES[rank(dst)]})"
+        for src, edges in graph.items()
+        for dst, _ in edges
+        if rank(src) in side and rank(dst) in side and rank(dst) != rank(src)
+    )
+
+
 def cycles(graph: dict[str, list[tuple[str, bool]]]) -> list[list[str]]:
     """Cycles among module-level imports (an import of a package's module also runs the
     package's __init__, which is counted as its own edge when it is written)."""
@@ -153,24 +166,39 @@ def test_every_module_has_a_stage_and_nothing_imports_upward() -> None:
     assert upward(graph, stage) == []
 
 
+def test_views_cleanup_and_fleet_stand_side_by_side() -> None:
+    assert sideways(imports(AGENT, "agent"), stage) == []
+
+
 def test_module_level_imports_form_no_cycle() -> None:
     assert cycles(imports(AGENT, "agent")) == []
 
 
-def test_the_check_finds_a_planted_upward_import_and_a_planted_cycle(tmp_path: Path) -> None:
+def test_the_check_finds_planted_upward_and_sideways_imports_and_a_planted_cycle(
+    tmp_path: Path,
+) -> None:
     tree = tmp_path / "agent"
     shutil.copytree(AGENT, tree, ignore=shutil.ignore_patterns("__pycache__"))
     links = tree / "readers" / "links.py"
     links.write_text(links.read_text() + "\nfrom agent.cli import common  # planted\n")
-    plan = tree / "views" / "plan.py"
-    plan.write_text(plan.read_text() + "\nfrom agent.views import report  # planted\n")
+    step = tree / "fleet" / "step.py"
+    step.write_text(step.read_text() + "\nfrom agent.cleanup import lock  # planted\n")
+    conn = tree / "views" / "connections.py"
+    conn.write_text(conn.read_text() + "\nfrom agent.views import report  # planted\n")
     report = tree / "views" / "report.py"
-    report.write_text(report.read_text() + "\nfrom agent.views.plan import Plan  # planted\n")
+    report.write_text(
+        report.read_text() + "\nfrom agent.views.connections import Reading  # planted\n"
+    )
     graph = imports(tree, "agent")
     assert upward(graph, stage) == [
         "agent.readers.links (readers) imports agent.cli.common (cli)",
     ]
-    assert ["agent.views.plan", "agent.views.report", "agent.views.plan"] in cycles(graph)
+    assert sideways(graph, stage) == [
+        "agent.fleet.step (fleet) imports agent.cleanup.lock (cleanup)"
+    ]
+    assert ["agent.views.connections", "agent.views.report", "agent.views.connections"] in cycles(
+        graph
+    )
 
 
 def test_function_level_and_type_checking_imports(tmp_path: Path) -> None:

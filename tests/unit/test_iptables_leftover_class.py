@@ -4,9 +4,9 @@ class (docs/contract.md#ownership) with its shared chain names, jumps and refere
 from __future__ import annotations
 
 from agent.classify import Owner, classify
+from agent.cleanup.plan import make_plan
 from agent.snapshot import Ipset
 from agent.views import report
-from agent.views.plan import make_plan
 from tests.unit.builders import NOW, kube_proxy, snapshot
 
 # What kube-proxy v1.30.3 in iptables mode writes for one ClusterIP Service with one endpoint

@@ -9,8 +9,8 @@ import yaml
 from click.testing import CliRunner
 
 from agent import __version__
-from agent.cleanup.job import InvalidName, render
 from agent.cli import main
+from agent.job import InvalidName, render
 
 REPO = Path(__file__).resolve().parents[2]
 # Kubernetes' own checks: a label value, an RFC 1123 subdomain (a Job's name, at most 63 here

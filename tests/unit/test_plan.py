@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agent.classify import classify
+from agent.cleanup.plan import ChangeTable, make_plan
 from agent.snapshot import Ipset, IpvsDest, IpvsService, Link, Links
-from agent.views.plan import ChangeTable, make_plan
 from tests.unit.builders import NOW, snapshot
 
 LINK = Link("kube-ipvs0", 3, "dummy", False, ("10.96.0.1/32", "10.96.0.10/32"))
@@ -121,7 +121,8 @@ def test_verify_passes_over_an_object_kept_for_foreign_state() -> None:
 COMMIT
 """
     snap = snapshot(legacy=nat)
-    c = checks.check_no_leftovers(snap, classify(snap, NOW))
+    cls = classify(snap, NOW)
+    c = checks.check_no_leftovers(snap, cls, make_plan(snap, cls).kept_reasons())
     assert c.status == "pass"
     assert c.evidence == (
         "no ipvs-mode object on the node",
@@ -129,15 +130,18 @@ COMMIT
         "legacy/ipv4/nat -A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ)",
     )
     stale = snapshot(legacy=nat.replace("-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\n", ""))
-    assert checks.check_no_leftovers(stale, classify(stale, NOW)).status == "fail"
+    cls = classify(stale, NOW)
+    assert (
+        checks.check_no_leftovers(stale, cls, make_plan(stale, cls).kept_reasons()).status == "fail"
+    )
 
 
 def test_a_table_step_deletes_each_backed_up_rule_then_its_chain_and_never_flushes() -> None:
     """`-F` removed whatever a chain held, a rule added after the re-check too. Each backed-up
     rule goes by its text, from the head of its chain, and then the chain: the kernel refuses
     `-X` of a chain that still holds a rule and `-D` of one that is gone."""
+    from agent.cleanup.plan import TableChange
     from agent.readers.iptables_save import parse_rule
-    from agent.views.plan import TableChange
 
     jump = parse_rule("POSTROUTING", '-m comment --comment "kubernetes postrouting rules" -j X')
     a = parse_rule("KUBE-POSTROUTING", "-m mark ! --mark 0x4000/0x4000 -j RETURN")

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.cleanup import recheck
-from agent.snapshot import Ipset, IptRule, IpvsService, Link
-from agent.views.plan import (
+from agent.cleanup.plan import (
     ChangeTable,
     DeleteLink,
     DeleteService,
@@ -15,6 +14,7 @@ from agent.views.plan import (
     Plan,
     TableChange,
 )
+from agent.snapshot import Ipset, IptRule, IpvsService, Link
 
 
 def rule(chain: str, text: str) -> IptRule:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent.cleanup.backup import plan_document, plan_json
+from agent.cleanup.plan import DeleteService, Kept, Plan
 from agent.readers.kube_proxy import parse_samples
 from agent.snapshot import IpvsService
-from agent.views.plan import DeleteService, Kept, Plan
 
 SERVICE = IpvsService(4, "TCP", "10.96.0.1", 443, None, "rr", 2, 0)
 
@@ -128,7 +128,7 @@ def test_audit_imports_neither_the_checks_nor_the_plan_nor_yaml() -> None:
         "import agent.collect, agent.classify, agent.collection, agent.views.report"
     )
     assert "agent.cli.audit" in mods
-    assert not mods & {"yaml", "agent.views.checks", "agent.views.plan", "agent.cli.checks"}
+    assert not mods & {"yaml", "agent.views.checks", "agent.cleanup.plan", "agent.cli.checks"}
     assert not mods & {"agent.cli.serve", "agent.cli.cleanup", "prometheus_client"}
 
 

@@ -172,7 +172,7 @@ def test_netlink_load_gives_the_table_ipvsadm_restore_gives(netns: Callable[[], 
 DELETE = """
 import sys
 from agent.cleanup.executor import execute
-from agent.views.plan import DeleteService
+from agent.cleanup.plan import DeleteService
 from agent.readers import ipvs
 services = sorted(ipvs.read().data, key=lambda s: s.port)
 doomed = services[:200] + services[:1]  # the repeated one is gone by then

@@ -8,6 +8,7 @@ naming what, never a pass.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent import gate, names
@@ -19,7 +20,6 @@ from agent.views.checks.common import (
     _check,
     _listed,
 )
-from agent.views.plan import make_plan
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,10 @@ def check_nftables_mode(snap: Snapshot, c: Classification) -> Check:
 _KERNEL_SOURCES = ("ipvs", "ipsets", "iptables_legacy", "iptables_nft", "nftables", "links")
 
 
-def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
+def check_no_leftovers(
+    snap: Snapshot, c: Classification, kept: Mapping[tuple[str, str], str]
+) -> Check:
+    """`kept`: what the cleanup's plan keeps, and why, by (kind, name) (Plan.kept_reasons)."""
     errors = [
         f"could not read {n}: {r.error}"
         for n, r in snap.sources().items()
@@ -65,7 +68,6 @@ def check_no_leftovers(snap: Snapshot, c: Classification) -> Check:
     ]
     # What cleanup keeps because foreign state still uses it (a CNI rule jumping to
     # KUBE-MARK-MASQ) is not left over: removing it would break that state.
-    kept: dict[tuple[str, str], str] = {(k.kind, k.name): k.reason for k in make_plan(snap, c).kept}
     held = [f for f in c.removable if (f.kind, f.name) in kept]
     left = [f for f in c.leftovers if (f.kind, f.name) not in kept]
     # iptables mode's remnants fail it too: stale nat KUBE-SERVICES rules still DNAT traffic
@@ -139,13 +141,18 @@ def check_probe(probe: ProbeResult) -> Check:
 
 
 def verify(
-    snap: Snapshot, c: Classification, probe: ProbeResult, now: float, max_sync_age: float
+    snap: Snapshot,
+    c: Classification,
+    kept: Mapping[tuple[str, str], str],
+    probe: ProbeResult,
+    now: float,
+    max_sync_age: float,
 ) -> list[Check]:
     """After the migration: is this node clean and is the new data plane working
-    (docs/precheck-verify.md)."""
+    (docs/precheck-verify.md). `kept`: what the cleanup's plan keeps (Plan.kept_reasons)."""
     return [
         check_nftables_mode(snap, c),
-        check_no_leftovers(snap, c),
+        check_no_leftovers(snap, c, kept),
         check_kube_ipvs0_gone(snap),
         check_nftables_sync(snap, c, now, max_sync_age),
         check_probe(probe),

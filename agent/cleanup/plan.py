@@ -179,6 +179,11 @@ class Plan:
             out[f"kept {k.kind} {k.name}"] = ""
         return out
 
+    def kept_reasons(self) -> dict[tuple[str, str], str]:
+        """Why each kept object stays, by (kind, name): what verify is handed, so that a view
+        never builds a plan itself."""
+        return {(k.kind, k.name): k.reason for k in self.kept}
+
 
 def _key(t: IptTable) -> TableKey:
     return (t.backend, t.family, t.name)

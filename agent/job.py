@@ -1,4 +1,5 @@
-"""A one-shot cleanup Job pinned to one node (`ipvs-leftovers job-manifest --node NODE`).
+"""A one-shot cleanup Job pinned to one node (`ipvs-leftovers job-manifest --node NODE`): data
+below both the node's command and agent/fleet, which each render it.
 
 The Job is built as an object and serialized with PyYAML: every value the user gives (node,
 image, namespace) is quoted as YAML needs, never pasted into a template.
