@@ -138,7 +138,7 @@ class Result:
 def run_agent(
     ns: str, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
 ) -> Result:
-    cmd = ["ip", "netns", "exec", ns, *prefix, AGENT, *args]
+    cmd = ["ip", "netns", "exec", ns, *prefix, *agent_for(*args), *args]
     full_env = {**os.environ, **(env or {})}
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=full_env)
     return Result(p.returncode, p.stdout, p.stderr)
