@@ -32,7 +32,8 @@ TableKey = tuple[str, str, str]  # backend, family, table
 
 @dataclass(frozen=True)
 class TableChange:
-    """One atomic iptables-restore transaction: jumps out, chains flushed, chains deleted."""
+    """One atomic iptables-restore transaction: jumps out, each chain's rules deleted by their
+    text (`-D`, so the kernel refuses a rule that is not there), chains deleted (`-X`)."""
 
     backend: str
     family: str
@@ -93,7 +94,7 @@ class DeleteLink(_Step):
 
 @dataclass(frozen=True)
 class ChangeTable(_Step):
-    """One table's jumps out, its chains flushed and deleted, in one transaction."""
+    """One table's jumps out, its chains emptied rule by rule and deleted, in one transaction."""
 
     table: TableChange
     phase: ClassVar[int] = 3
@@ -308,8 +309,8 @@ def _table_step(
     mode_of: dict[tuple[TableKey, str], str],
     kept: list[Kept],
 ) -> ChangeTable | None:
-    """One table's transaction: kube-proxy's jumps out, its chains flushed and deleted, save
-    what is kept (added to `kept`, with why); None when nothing in it goes."""
+    """One table's transaction: kube-proxy's jumps out, its chains emptied rule by rule and
+    deleted, save what is kept (added to `kept`, with why); None when nothing in it goes."""
     key = _key(t)
     chains = [
         ch
