@@ -196,8 +196,13 @@ class ControlPlane:
         deadline: float = START_DEADLINE,
         advertise_address: str = GUEST_HOST,
         apiserver_flags: tuple[str, ...] = (),
+        version: str = KUBERNETES_VERSION,
+        service_cidrs: tuple[str, ...] = SERVICE_CIDRS,
     ) -> None:
+        self.service_cidrs = service_cidrs
         self.workdir = Path(workdir)
+        # the release of kube-apiserver (and kube-controller-manager): scripts/build-upstream's
+        self.version = version
         self.advertise_address = advertise_address
         self.apiserver_flags = apiserver_flags
         self.controller_manager = controller_manager
@@ -440,7 +445,7 @@ class ControlPlane:
         return client_url
 
     def _start_apiserver(self, etcd_url: str) -> None:
-        binary = upstream_binary("kube-apiserver", KUBERNETES_VERSION)
+        binary = upstream_binary("kube-apiserver", self.version)
         self.port = free_port()
         pki = self.pki
         admission: list[str] = []
@@ -463,7 +468,7 @@ class ControlPlane:
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction,PodSecurity,ResourceQuota,ServiceAccount",
                 *admission,
-                f"--service-cluster-ip-range={','.join(SERVICE_CIDRS)}",
+                f"--service-cluster-ip-range={','.join(self.service_cidrs)}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -484,7 +489,7 @@ class ControlPlane:
         self._wait(p, ready, "ready (GET /readyz)")
 
     def _start_controller_manager(self) -> None:
-        binary = upstream_binary("kube-controller-manager", KUBERNETES_VERSION)
+        binary = upstream_binary("kube-controller-manager", self.version)
         kubeconfig = self.workdir / "kube-controller-manager.kubeconfig"
         kubeconfig.write_text(self.kubeconfig(*CONTROLLER_MANAGER))
         port = free_port()
@@ -505,7 +510,7 @@ class ControlPlane:
                 f"--root-ca-file={self.ca_cert}",
                 f"--cluster-signing-cert-file={self.ca_cert}",
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
-                f"--service-cluster-ip-range={','.join(SERVICE_CIDRS)}",
+                f"--service-cluster-ip-range={','.join(self.service_cidrs)}",
                 "--leader-elect=false",
                 "--profiling=false",
                 "--v=1",
@@ -549,9 +554,9 @@ class ControlPlane:
         return self
 
     def programs_needed(self) -> list[tuple[str, str]]:
-        needed = [("etcd", ETCD_VERSION), ("kube-apiserver", KUBERNETES_VERSION)]
+        needed = [("etcd", ETCD_VERSION), ("kube-apiserver", self.version)]
         if self.controller_manager:
-            needed.append(("kube-controller-manager", KUBERNETES_VERSION))
+            needed.append(("kube-controller-manager", self.version))
         return needed
 
     def stop(self) -> None:
@@ -643,15 +648,11 @@ class ControlPlane:
             "port": self.port,
             "url": self.url,
             "guest_url": self.guest_url,
-            "service_cidrs": list(SERVICE_CIDRS),
+            "service_cidrs": list(self.service_cidrs),
             "versions": {
-                "kube-apiserver": KUBERNETES_VERSION,
+                "kube-apiserver": self.version,
                 "etcd": ETCD_VERSION,
-                **(
-                    {"kube-controller-manager": KUBERNETES_VERSION}
-                    if self.controller_manager
-                    else {}
-                ),
+                **({"kube-controller-manager": self.version} if self.controller_manager else {}),
             },
             "pids": self.pids(),
             "start_seconds": self.start_seconds,

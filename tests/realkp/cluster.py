@@ -66,7 +66,8 @@ class Forwarder:
 
     def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
         self.target = target
-        self.server = socket.create_server(listen, reuse_port=False)
+        family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
+        self.server = socket.create_server(listen, family=family, reuse_port=False)
         self.server.settimeout(0.5)
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._accept, daemon=True)
@@ -127,7 +128,7 @@ class RealAPI:
         d = control_plane_dir(net)
         info = json.loads((d / "control-plane.json").read_text())
         api = cls(net, d)
-        api.forwarder = Forwarder((net.v4_peer, API_PORT), (GUEST_HOST, int(info["port"])))
+        api.forwarder = Forwarder((net.peer, API_PORT), (GUEST_HOST, int(info["port"])))
         api.wait_ready()
         return api
 

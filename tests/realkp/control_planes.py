@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.control_plane import KUBE_PROXY, ControlPlane, ControlPlaneError
+from tests.control_plane import KUBE_PROXY, SERVICE_CIDRS, ControlPlane, ControlPlaneError
 from tests.realkp.cluster import API_PORT
 from tests.realkp.nodes import NODES, NodeSpec
 
@@ -34,14 +34,17 @@ def _start(spec: NodeSpec, out: Path) -> ControlPlane:
     net = spec.net
     cp = ControlPlane(
         out / "work" / net.ns,
-        advertise_address=net.v4_peer,
+        advertise_address=net.peer,
         apiserver_flags=("--endpoint-reconciler-type=none",),
+        version=spec.apiserver,
+        # a single-stack IPv6 cluster's Services are IPv6 only
+        service_cidrs=SERVICE_CIDRS if net.ipv4 else (SERVICE_CIDRS[1],),
     )
     cp.start()
     cp.write_dir(out / net.ns)
     (out / net.ns / "kube-proxy.kubeconfig").write_text(
         cp.kubeconfig(
-            *KUBE_PROXY, server=f"https://{net.v4_peer}:{API_PORT}", tls_server_name="kubernetes"
+            *KUBE_PROXY, server=f"https://{net.api_host}:{API_PORT}", tls_server_name="kubernetes"
         )
     )
     return cp

@@ -12,10 +12,71 @@ REMOTE_V6 = "fd00:244:0:1::5"
 
 # The traffic checks: ClusterIP and NodePort of `web`, whose endpoint is the local listener.
 WEB_CLUSTER_IP = "10.96.1.1"
+WEB_CLUSTER_IP_V6 = "fd00:96::101"  # on an IPv6-only node
 WEB_NODE_PORT = 30080
 
 
+def web_cluster_ip(net: NodeNet) -> str:
+    return WEB_CLUSTER_IP if net.ipv4 else WEB_CLUSTER_IP_V6
+
+
+def services_v6_only(net: NodeNet) -> list[Service]:
+    """A single-stack IPv6 cluster's mix: the same kinds of Service, IPv6 addresses only."""
+    node = net.name
+    local = (Endpoint(LOCAL_V6, node),)
+    both = (Endpoint(LOCAL_V6, node), Endpoint(REMOTE_V6, "node-other"))
+    web = Port(80, "TCP", target_port=LISTEN_PORT, node_port=WEB_NODE_PORT, name="http")
+    return [
+        Service(
+            "kubernetes",
+            ("fd00:96::1",),
+            (Port(443, target_port=6443, name="https"),),
+            endpoints=(Endpoint(net.v6_peer),),
+        ),
+        Service(
+            "kube-dns",
+            ("fd00:96::a",),
+            (Port(53, "UDP", name="dns"), Port(53, "TCP", name="dns-tcp")),
+            endpoints=both,
+        ),
+        Service("web", (WEB_CLUSTER_IP_V6,), (web,), type="NodePort", endpoints=local),
+        Service(
+            "syslog",
+            ("fd00:96::102",),
+            (Port(514, "UDP", node_port=30514, name="syslog"),),
+            type="NodePort",
+            endpoints=both,
+        ),
+        Service(
+            "ext-on-node",
+            ("fd00:96::104",),
+            (Port(8443, target_port=LISTEN_PORT),),
+            external_ips=(net.v6,),
+            endpoints=local,
+        ),
+        Service(
+            "lb-local",
+            ("fd00:96::106",),
+            (Port(80, target_port=LISTEN_PORT, node_port=30081),),
+            type="LoadBalancer",
+            lb_ingress=("2001:db8::11",),
+            external_traffic_policy="Local",
+            health_check_node_port=32000,
+            endpoints=both,
+        ),
+        Service(
+            "sticky",
+            ("fd00:96::107",),
+            (Port(80, target_port=LISTEN_PORT),),
+            session_affinity="ClientIP",
+            endpoints=both,
+        ),
+    ]
+
+
 def services(net: NodeNet, sctp: bool) -> list[Service]:
+    if not net.ipv4:
+        return services_v6_only(net)
     node = net.name
     local = (Endpoint(LOCAL_V4, node),)
     both = (Endpoint(LOCAL_V4, node), Endpoint(REMOTE_V4, "node-other"))
@@ -118,17 +179,21 @@ def services(net: NodeNet, sctp: bool) -> list[Service]:
 
 def cluster(net: NodeNet, sctp: bool) -> Cluster:
     pod_cidrs = ("10.244.0.0/24", "fd00:244::/64") if net.dual_stack else ("10.244.0.0/24",)
+    pod_cidrs = pod_cidrs if net.ipv4 else ("fd00:244::/64",)
     return Cluster(Node(net.name, net.node_ips, pod_cidrs), services(net, sctp))
 
 
 def keepalived_vip(net: NodeNet) -> str:
-    return f"192.168.{60 + net.index}.100"
+    return f"192.168.{60 + net.index}.100" if net.ipv4 else f"fd00:{60 + net.index}::100"
 
 
 def third_party_before(net: NodeNet) -> dict[str, str]:
     """State present before kube-proxy ever ran: command -> stdin, applied in order."""
     vip = keepalived_vip(net)
-    ipvs = f"-A -t {vip}:80 -s wlc\n-a -t {vip}:80 -r {net.v4_peer}:80 -m -w 1\n"
+    if net.ipv4:
+        ipvs = f"-A -t {vip}:80 -s wlc\n-a -t {vip}:80 -r {net.v4_peer}:80 -m -w 1\n"
+    else:
+        ipvs = f"-A -t [{vip}]:80 -s wlc\n-a -t [{vip}]:80 -r [{net.v6_peer}]:80 -m -w 1\n"
     ipset = "create user-allow hash:ip family inet\nadd user-allow 192.0.2.1\n"
     nft = (
         "table inet user-fw {\n"
@@ -164,7 +229,7 @@ def third_party_before(net: NodeNet) -> dict[str, str]:
         "nft -f -": nft,
         f"iptables-{b}-restore --noflush": v4,
     }
-    if net.dual_stack:
+    if net.has_v6:
         out[f"ip6tables-{b}-restore --noflush"] = v6
     return out
 

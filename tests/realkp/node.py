@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from tests.realkp.shapes import Shape, config_document, kubeadm_command
+
 REPO = Path(__file__).resolve().parents[2]
 LISTEN_PORT = 8080  # the local endpoints' listener, on every address of the namespace
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -71,25 +73,34 @@ def tool_dir(backend: str, workdir: Path) -> Path:
     return made_once(workdir / f"bin-{backend}", populate)
 
 
-def path_without_modprobe(backend: str, workdir: Path) -> str:
-    """kube-proxy's PATH on a node whose image has no `modprobe`: every program of /usr/sbin
-    and /usr/bin but that one (kube-proxy finds its tools by name on PATH)."""
+def path_without(backend: str, workdir: Path, drop: tuple[str, ...] = ("modprobe",)) -> str:
+    """kube-proxy's PATH on a node whose image lacks the programs `drop` (`modprobe`, or
+    `ipset`): every program of /usr/sbin and /usr/bin but those (kube-proxy finds its tools
+    by name on PATH)."""
 
     def populate(tmp: Path) -> None:
         for src in (Path("/usr/sbin"), Path("/usr/bin")):
             for prog in src.iterdir():
-                if prog.name != "modprobe" and not (tmp / prog.name).is_symlink():
+                if prog.name not in drop and not (tmp / prog.name).is_symlink():
                     (tmp / prog.name).symlink_to(prog)
 
-    d = made_once(workdir / "bin-no-modprobe", populate)
+    d = made_once(workdir / f"bin-no-{'-'.join(sorted(drop))}", populate)
     return f"{tool_dir(backend, workdir)}:{d}"
+
+
+def path_without_modprobe(backend: str, workdir: Path) -> str:
+    return path_without(backend, workdir)
+
+
+DROPS = (("modprobe",), ("ipset",), ("ipset", "modprobe"))
 
 
 def make_shared_tools(workdir: Path) -> None:
     """Every folder the nodes share, made before their threads start (made_once would also
     survive a race; making them first keeps the threads from racing at all)."""
     for backend in ("legacy", "nft"):
-        path_without_modprobe(backend, workdir)
+        for drop in DROPS:
+            path_without(backend, workdir, drop)
 
 
 @dataclass(frozen=True)
@@ -97,17 +108,22 @@ class NodeNet:
     """Addresses of node `index`: 192.168.6<index>.10/24 and fd00:6<index>::10/64 on eth0.
 
     `tag` names the node's kube-proxy releases in its namespace (`rk137-nft-ds`); `ipv6` False
-    disables IPv6 in the namespace (`net.ipv6.conf.all.disable_ipv6=1`: no ip6 family at all)."""
+    disables IPv6 in the namespace (`net.ipv6.conf.all.disable_ipv6=1`: no ip6 family at all);
+    `ipv4` False makes an IPv6-only node (single-stack IPv6 cluster): eth0, the routes, the
+    local pod and the API server's forwarder have IPv6 addresses only (the kernel keeps IPv4,
+    and lo its 127.0.0.1, as on any IPv6-only node)."""
 
     index: int
     backend: str  # legacy | nft
     dual_stack: bool
     tag: str = ""
     ipv6: bool = True
+    ipv4: bool = True
 
     @property
     def ns(self) -> str:
         stack = "ds" if self.dual_stack else ("v4" if self.ipv6 else "v4no6")
+        stack = stack if self.ipv4 else "v6"
         return f"rk{self.tag}-{self.backend}-{stack}"
 
     @property
@@ -136,11 +152,34 @@ class NodeNet:
 
     @property
     def families(self) -> tuple[str, ...]:
+        if not self.ipv4:
+            return ("ipv6",)
         return ("ipv4", "ipv6") if self.dual_stack else ("ipv4",)
 
     @property
     def node_ips(self) -> tuple[str, ...]:
+        if not self.ipv4:
+            return (self.v6,)
         return (self.v4, self.v6) if self.dual_stack else (self.v4,)
+
+    @property
+    def has_v6(self) -> bool:
+        """IPv6 addresses on eth0 (dual-stack or IPv6-only)."""
+        return self.dual_stack or not self.ipv4
+
+    @property
+    def addr(self) -> str:
+        """The node's primary IP."""
+        return self.v4 if self.ipv4 else self.v6
+
+    @property
+    def peer(self) -> str:
+        """The veth peer's address of the primary family: the API server's forwarder."""
+        return self.v4_peer if self.ipv4 else self.v6_peer
+
+    @property
+    def api_host(self) -> str:
+        return self.peer if self.ipv4 else f"[{self.peer}]"
 
 
 def ns_run(ns: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -193,22 +232,24 @@ def setup_namespace(net: NodeNet) -> subprocess.Popen[bytes]:
             net.ns,
         ]
     )
-    sh(["ip", "addr", "add", f"{net.v4_peer}/24", "dev", net.peer_link])
-    sh([*ip, "addr", "add", f"{net.v4}/24", "dev", "eth0"])
-    # Local pods: addresses on lo, so a DNAT to them is delivered to the listener.
-    sh([*ip, "addr", "add", "10.244.0.10/32", "dev", "lo"])
-    if net.dual_stack:
+    if net.ipv4:
+        sh(["ip", "addr", "add", f"{net.v4_peer}/24", "dev", net.peer_link])
+        sh([*ip, "addr", "add", f"{net.v4}/24", "dev", "eth0"])
+        # Local pods: addresses on lo, so a DNAT to them is delivered to the listener.
+        sh([*ip, "addr", "add", "10.244.0.10/32", "dev", "lo"])
+    if net.has_v6:
         sh(["ip", "addr", "add", f"{net.v6_peer}/64", "dev", net.peer_link, "nodad"])
         sh([*ip, "addr", "add", f"{net.v6}/64", "dev", "eth0", "nodad"])
         sh([*ip, "addr", "add", "fd00:244::10/128", "dev", "lo"])
     sh(["ip", "link", "set", net.peer_link, "up"])
     sh([*ip, "link", "set", "eth0", "up"])
     # Remote pods live behind the peer (IPVS wants a unicast route to every real server).
-    sh([*ip, "route", "add", "default", "via", net.v4_peer])
-    if net.dual_stack:
+    if net.ipv4:
+        sh([*ip, "route", "add", "default", "via", net.v4_peer])
+    if net.has_v6:
         sh([*ip, "-6", "route", "add", "default", "via", net.v6_peer])
     args = ["ip", "netns", "exec", net.ns, "python3", "-c", LISTENER, str(LISTEN_PORT)]
-    if net.dual_stack:
+    if net.has_v6:
         args.append("v6")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -321,32 +362,52 @@ class KubeProxy:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    shape: Shape = field(default_factory=Shape)
     last_seen: str = "nothing read yet"  # what the last poll of a wait saw, for its give-up
 
     def args(self, mode: str, binary: Path | None = None) -> list[str]:
         kubeconfig = self.workdir / f"{self.net.ns}.kubeconfig"
         kubeconfig.write_text(self.kubeconfig)
-        cidrs = "10.244.0.0/16,fd00:244::/56" if self.net.dual_stack else "10.244.0.0/16"
-        nodeport = ",".join(
-            [f"{self.net.v4}/32"] + ([f"{self.net.v6}/128"] if self.net.dual_stack else [])
+        v4, v6 = self.net.ipv4, self.net.has_v6
+        cidrs = ",".join(["10.244.0.0/16"] * v4 + ["fd00:244::/56"] * v6)
+        pinned = [f"{self.net.v4}/32"] * v4 + [f"{self.net.v6}/128"] * v6
+        nodeport = pinned if self.shape.pinned_node_ports else []
+        # A keepalived-style virtual server beside kube-proxy, as an operator keeps it.
+        vip = (
+            f"192.168.{60 + self.net.index}.100/32"
+            if v4
+            else f"fd00:{60 + self.net.index}::100/128"
         )
+        exclude = [vip]
         binary = binary or self.binary
+        if self.shape.kubeadm:
+            doc = config_document(
+                mode=mode,
+                node=self.net.name,
+                cluster_cidr=cidrs,
+                exclude_cidrs=exclude,
+                shape=self.shape,
+                node_port_addresses=nodeport,
+            )
+            root = self.workdir / f"{self.net.ns}-root"
+            return kubeadm_command(root, binary, doc, self.kubeconfig, self.net.name)
         # nftables mode needs its gate before v1.31 (beta, on by default from then, GA in v1.33)
         gate = ["--feature-gates=NFTablesProxyMode=true"] if release(binary) < (1, 31) else []
         return [
             str(binary),
             *base_flags(kubeconfig, self.net.name, mode, cidrs),
             *gate,
-            f"--nodeport-addresses={nodeport}",
-            # A keepalived-style virtual server beside kube-proxy, as an operator keeps it.
-            f"--ipvs-exclude-cidrs=192.168.{60 + self.net.index}.100/32",
+            *([f"--nodeport-addresses={','.join(nodeport)}"] if nodeport else []),
+            *(["--ipvs-strict-arp"] if self.shape.strict_arp else []),
+            f"--ipvs-exclude-cidrs={exclude[0]}",
         ]
 
-    def env(self, modprobe: bool = True) -> dict[str, str]:
+    def env(self, modprobe: bool = True, ipset: bool = True) -> dict[str, str]:
+        drop = tuple(p for p, keep in (("ipset", ipset), ("modprobe", modprobe)) if not keep)
         path = (
-            f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin"
-            if modprobe
-            else path_without_modprobe(self.net.backend, self.workdir)
+            path_without(self.net.backend, self.workdir, drop)
+            if drop
+            else f"{tool_dir(self.net.backend, self.workdir)}:/usr/sbin:/usr/bin:/sbin:/bin"
         )
         return {"PATH": path, "HOME": "/root"}
 
@@ -361,7 +422,8 @@ class KubeProxy:
                 ["ip", "netns", "exec", self.net.ns, *self.args(mode, binary)],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                env=self.env(modprobe),
+                # ipvs mode needs ipset; a node whose image lacks it runs every other mode
+                env=self.env(modprobe, ipset=self.shape.ipset or mode == "ipvs"),
                 start_new_session=True,
             )
         self.started = time.monotonic()
@@ -373,7 +435,7 @@ class KubeProxy:
             ["ip", "netns", "exec", self.net.ns, *args, "--cleanup"],
             capture_output=True,
             text=True,
-            env=self.env(),
+            env=self.env(ipset=self.shape.ipset),
             timeout=300,
         )
         return p.returncode, (p.stdout + p.stderr)[-4000:]

@@ -12,8 +12,12 @@ Scenarios (tests/realkp/pipeline.py):
      upgrades and switches mode in one go).
 
 The newest release runs the whole matrix (both iptables backends x IPv4-only and dual-stack),
-each older release A and B on the nft backend, dual-stack: the costs of the tier under software
-emulation decide how many nodes one VM boot can run (README "Decisions").
+each older release A and B on both backends, dual-stack: the costs of the tier under software
+emulation decide how many nodes one VM boot can run (README "Decisions"). The older releases'
+legacy-backend nodes carry the other node shapes (tests/realkp/shapes.py), one node each, and
+talk to a kube-apiserver their version-skew policy allows other than the newest (kube-proxy
+may be up to three minors older than the API server, never newer): v1.34.4 and v1.35.4 to
+v1.35.4.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tests.realkp.node import NodeNet
+from tests.realkp.shapes import Shape
 
 NEWEST = "v1.37.2"
 OLDER = ("v1.34.4", "v1.35.4", "v1.36.3")
 RELEASES = (*OLDER, NEWEST)
+APISERVERS = ("v1.35.4", NEWEST)  # the kube-apiserver releases scripts/build-upstream builds
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -38,6 +44,8 @@ class NodeSpec:
     release: str  # kube-proxy's release in nftables (and iptables) mode
     scenarios: tuple[str, ...]
     ipvs_release: str = ""  # ipvs mode's release when it differs (U)
+    apiserver: str = NEWEST  # the node's kube-apiserver release
+    shape: Shape = Shape()
 
     @property
     def ns(self) -> str:
@@ -66,6 +74,19 @@ def _nodes() -> list[NodeSpec]:
     ]
     for i, version in enumerate(OLDER):
         nodes.append(NodeSpec(NodeNet(4 + i, "nft", True, _tag(version)), version, ("B", "A")))
+    # Both backends for every release; the legacy ones carry the other shapes: no `ipset` on
+    # nftables mode's PATH; kubeadm's (a --config file in kube-proxy's own root, strictARP,
+    # nodePortAddresses unset); an IPv6-only node.
+    kubeadm = Shape(kubeadm=True, strict_arp=True, pinned_node_ports=False)
+    for i, (version, apiserver, shape, ipv4) in enumerate(
+        (
+            ("v1.34.4", "v1.35.4", Shape(ipset=False), True),
+            ("v1.35.4", "v1.35.4", kubeadm, True),
+            ("v1.36.3", NEWEST, Shape(), False),
+        )
+    ):
+        net = NodeNet(8 + i, "legacy", ipv4, _tag(version) + shape.tag, ipv4=ipv4)
+        nodes.append(NodeSpec(net, version, ("B", "A"), apiserver=apiserver, shape=shape))
     before = OLDER[-1]
     nodes.append(
         NodeSpec(

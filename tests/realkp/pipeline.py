@@ -29,7 +29,7 @@ from typing import Any
 
 from tests import upstream
 from tests.fake_apiserver import Port, Service
-from tests.realkp import mix
+from tests.realkp import mix, shape_steps
 from tests.realkp import state as st
 from tests.realkp.cluster import RealAPI
 from tests.realkp.node import (
@@ -44,6 +44,7 @@ from tests.realkp.node import (
     setup_namespace,
 )
 from tests.realkp.nodes import NodeSpec
+from tests.realkp.shapes import Shape
 
 TAINT = "ToBeDeletedByClusterAutoscaler"  # the cluster autoscaler's, which /healthz honours
 
@@ -129,6 +130,10 @@ class NodeRun:
     start_removed: list[str] = field(default_factory=list)
     deprecation_events: list[dict[str, Any]] = field(default_factory=list)  # IPVSDeprecation
     deprecation_log: list[str] = field(default_factory=list)  # ipvs mode's log lines saying so
+    server_version: str = ""  # the node's kube-apiserver, as `kubectl version` reports it
+    # what a node of another shape recorded (tests/realkp/shape_steps.py): "arp" sysctls per
+    # state, per scenario its own checks
+    shape: dict[str, Any] = field(default_factory=dict)
 
 
 _T0 = time.monotonic()
@@ -144,8 +149,8 @@ def note(net: NodeNet, what: str) -> None:
 
 def _probes(net: NodeNet) -> dict[str, str]:
     return {
-        "clusterip": probe(net, mix.WEB_CLUSTER_IP, 80),
-        "nodeport": probe(net, net.v4, mix.WEB_NODE_PORT),
+        "clusterip": probe(net, mix.web_cluster_ip(net), 80),
+        "nodeport": probe(net, net.addr, mix.WEB_NODE_PORT),
     }
 
 
@@ -179,7 +184,9 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
     sc.after = st.read(net)
     _health(sc)
     sc.probes_after = _probes(net)
-    sc.verify = agent(ns, "verify", "--json", "--probe-address", f"{mix.WEB_CLUSTER_IP}:80")
+    web = mix.web_cluster_ip(net)
+    target = f"[{web}]:80" if ":" in web else f"{web}:80"
+    sc.verify = agent(ns, "verify", "--json", "--probe-address", target)
     sc.cleanup2 = agent(ns, "cleanup", "--apply", *common)
     sc.after2 = st.read(net)
     _health(sc)
@@ -192,13 +199,15 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
 
 
 LATE = Service("late", ("10.96.2.1",), (Port(80, target_port=8080),), endpoints=())
+LATE_V6 = Service("late", ("fd00:96::2:1",), (Port(80, target_port=8080),), endpoints=())
 
 
 def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> bool:
     deadline = time.monotonic() + timeout
     table = ""
+    family = "ip" if net.ipv4 else "ip6"
     while time.monotonic() < deadline:
-        table = ns_run(net.ns, "nft", "list", "table", "ip", "kube-proxy")
+        table = ns_run(net.ns, "nft", "list", "table", family, "kube-proxy")
         if (text in table) == present:
             return True
         time.sleep(2)
@@ -211,10 +220,12 @@ def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> 
 def _watch_events_reach_kube_proxy(net: NodeNet, api: RealAPI) -> dict[str, bool]:
     """A Service written to the API server while nftables mode runs shows up in its table,
     and goes again when deleted."""
-    api.push("apply", LATE)
-    added = _nft_has(net, "10.96.2.1", True)
-    api.push("delete", LATE)
-    return {"added": added, "deleted": _nft_has(net, "10.96.2.1", False)}
+    late = LATE if net.ipv4 else LATE_V6
+    ip = late.cluster_ips[0]
+    api.push("apply", late)
+    added = _nft_has(net, ip, True)
+    api.push("delete", late)
+    return {"added": added, "deleted": _nft_has(net, ip, False)}
 
 
 def _phase(
@@ -263,6 +274,7 @@ class NodeCtx:
 def _ipvs_phase(ctx: NodeCtx, binary: Path) -> None:
     run, net = ctx.run, ctx.net
     s0 = run.states["S0"] = st.read(net)
+    run.shape["arp"] = {"S0": shape_steps.read_arp(net)}
     _phase(run, ctx.kp, "ipvs", binary)
     run.deprecation_log = [
         line.split("] ", 1)[-1]
@@ -271,6 +283,7 @@ def _ipvs_phase(ctx: NodeCtx, binary: Path) -> None:
     ]
     ctx.kp.stop()
     s1 = run.states["S1"] = st.read(net)
+    run.shape["arp"]["S1"] = shape_steps.read_arp(net)
     ctx.made_ipvs = st.created(s0, s1)
     run.deprecation_events = ctx.api.events("IPVSDeprecation")
     _apply(net, mix.cni_hostport_rule(net))
@@ -281,6 +294,11 @@ def _scenario(ctx: NodeCtx, name: str) -> Scenario:
     sc = Scenario(name, ctx.net, st.read(ctx.net), ctx.made_ipvs, set())
     ctx.run.scenarios[name] = sc
     run_scenario(sc, ctx.kp, ctx.work)
+    if ctx.spec.shape != Shape():
+        scenarios = ctx.run.shape.setdefault("scenarios", {})
+        shape_steps.after_scenario(
+            ctx.spec.shape, name, ctx.net, ctx.kp, agent, ctx.work, scenarios
+        )
     record(ctx.run, OUT)  # as it goes: a slow run can be read before it ends
     return sc
 
@@ -364,8 +382,11 @@ def run_node(spec: NodeSpec, work: Path, sctp: bool) -> NodeRun:
     try:
         _apply(net, mix.third_party_before(net))
         api = RealAPI.open(net)
+        run.server_version = shape_steps.server_version(api.kubectl)
         api.apply(mix.cluster(net, sctp))
-        kp = KubeProxy(net, binaries[spec.release], work, api.kube_proxy_kubeconfig())
+        kp = KubeProxy(
+            net, binaries[spec.release], work, api.kube_proxy_kubeconfig(), shape=spec.shape
+        )
         _sequence(NodeCtx(spec, run, kp, api, work), binaries)
     except Exception as exc:  # recorded: the tests report it per node
         run.error = f"{type(exc).__name__}: {exc}"
@@ -393,6 +414,8 @@ def record(run: NodeRun, out: Path) -> None:
     save_json(d / "start-removed.json", run.start_removed)
     save_json(d / "deprecation-events.json", run.deprecation_events)
     save_json(d / "deprecation-log.json", run.deprecation_log)
+    save_json(d / "server-version.json", run.server_version)
+    save_json(d / "shape.json", run.shape)
     for name, s in run.states.items():
         save_json(d / f"state-{name}.json", s.__dict__)
     for name, sc in run.scenarios.items():

@@ -83,6 +83,10 @@ def _load(net: NodeNet, out: Path) -> NodeRun:
         run.deprecation_events = read("deprecation-events.json")
     if (d / "deprecation-log.json").exists():
         run.deprecation_log = read("deprecation-log.json")
+    if (d / "server-version.json").exists():
+        run.server_version = read("server-version.json")
+    if (d / "shape.json").exists():
+        run.shape = read("shape.json")
     for f in d.glob("state-*.json"):
         run.states[f.name[6:-5]] = st.State(**json.loads(f.read_text()))
     for name in SCENARIOS:
@@ -513,7 +517,9 @@ def _start_cleanup_leaves(spec: NodeSpec, sc: Scenario) -> set[str]:
     if spec.at_least("v1.34"):
         families = ["ipv4"]
     chains = {f"chain {b}/{f}/nat KUBE-MARK-MASQ" for f in families}
-    return chains | {o for o in sc.made_ipvs if o.startswith("ipset KUBE-6-")}
+    # without `ipset` on its PATH the cleanup skips every set (`ipset --version` fails)
+    sets = "ipset " if not spec.shape.ipset else "ipset KUBE-6-"
+    return chains | {o for o in sc.made_ipvs if o.startswith(sets)}
 
 
 @pytest.mark.parametrize(
@@ -685,3 +691,7 @@ def test_watch_events_reach_real_kube_proxy(runs: dict[str, NodeRun], node: str)
     run = runs[node]
     assert not run.error, run.error
     assert run.watch == {"added": True, "deleted": True}
+
+
+# The node shapes' own checks (tests/realkp/shape_checks.py), on this module's session run.
+from tests.realkp.shape_checks import *  # noqa: E402, F403
