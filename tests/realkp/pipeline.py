@@ -199,7 +199,7 @@ def run_scenario(sc: Scenario, kp: KubeProxy, work: Path) -> None:
 
 
 LATE = Service("late", ("10.96.2.1",), (Port(80, target_port=8080),), endpoints=())
-LATE_V6 = Service("late", ("fd00:96::2:1",), (Port(80, target_port=8080),), endpoints=())
+LATE_V6 = Service("late", ("fd00:96::201",), (Port(80, target_port=8080),), endpoints=())
 
 
 def _nft_has(net: NodeNet, text: str, present: bool, timeout: float = 120.0) -> bool:
