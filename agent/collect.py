@@ -121,7 +121,11 @@ def collect(opts: Options) -> Snapshot:
         ipsets=run("ipsets", lambda: ipsets.read(wanted), ()),
         iptables_legacy=run("iptables_legacy", lambda: iptables.read_legacy(opts.timeout), ()),
         iptables_nft=run("iptables_nft", lambda: iptables.read_nft(opts.timeout), ()),
-        nftables=run("nftables", lambda: nftables.read(opts.nftables_detail), ()),
+        nftables=run(
+            "nftables",
+            lambda: nftables.read(opts.nftables_detail, services=bool(ipvs_reading.data)),
+            (),
+        ),
         links=links_reading,
         kernel=run("kernel", sysctls.read, sysctls.empty()),
         kube_proxy=_kube_proxy(opts),

@@ -274,6 +274,17 @@ NFTABLES_MIN_KERNEL = (5, 13)
 # nftables mode masquerades the mark a kept KUBE-MARK-MASQ sets.
 MASQUERADING_CHAIN = "masquerading"
 NFTABLES_MODE_CHAINS = ("services", MASQUERADING_CHAIN)
+# Its service dispatch maps (pkg/proxy/nftables/proxier.go, every release 1.34-1.37:
+# serviceIPsMap, noEndpointServicesMap `ipvX_addr . inet_proto . inet_service : verdict`;
+# serviceNodePortsMap, noEndpointNodePortsMap `inet_proto . inet_service : verdict`): each
+# Service IP and port, each NodePort, that nftables mode serves (docs/contract.md#ownership).
+NFTABLES_SERVICE_MAPS = ("service-ips", "no-endpoint-services")
+NFTABLES_NODE_PORT_MAPS = ("service-nodeports", "no-endpoint-nodeports")
+# inet_proto numbers as IPVS names the protocols
+INET_PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
+# kube-proxy's /metrics: the feature gate that allows ipvs mode, from v1.37 (deprecated).
+FEATURE_ENABLED_SERIES = "kubernetes_feature_enabled"
+IPVS_FEATURE_GATE = "KubeProxyIPVS"
 # Tables iptables-nft creates; their chains are read (and classified) as iptables chains.
 IPTABLES_NFT_TABLES = frozenset(
     (fam, t) for fam in ("ip", "ip6") for t in ("nat", "filter", "mangle", "raw", "security")

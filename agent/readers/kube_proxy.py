@@ -1,4 +1,4 @@
-"""kube-proxy's own word: /proxyMode and /metrics (:10249), /healthz (:10256).
+"""kube-proxy's own word: /proxyMode, /metrics and /configz (:10249), /healthz (:10256).
 
 Unreachable is `absent` (kube-proxy may simply not run here); an answer that cannot be
 understood is `error`. Neither raises.
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from agent import names
 from agent.readers._timing import Absent, timed
+from agent.readers.configz import parse_configz
 from agent.readers.urls import split_url
 from agent.snapshot import (
     Family,
@@ -306,6 +307,7 @@ class _Metrics:
         self.last_queued: dict[Family | None, float] = {}
         self.failures: dict[Family | None, float] = {}
         self.sums: dict[str, float] = {}
+        self.ipvs_gate: tuple[float, str] | None = None
 
     def line(self, raw: bytes) -> None:
         try:
@@ -318,6 +320,9 @@ class _Metrics:
         if m is None:
             raise Garbage(f"/metrics is not Prometheus text: not a sample line: {line[:60]!r}")
         name = m.group(1)
+        if name == names.FEATURE_ENABLED_SERIES:
+            self._feature(m)
+            return
         if not name.startswith("kubeproxy_"):
             return
         self.kubeproxy = True
@@ -343,6 +348,17 @@ class _Metrics:
         if name not in (_WANTED[0], _WANTED[4]):
             self.sums[name] = self.sums.get(name, 0.0) + value
 
+    def _feature(self, m: re.Match[str]) -> None:
+        """kubernetes_feature_enabled{name="KubeProxyIPVS",stage="DEPRECATED"}: from v1.37
+        (pkg/features/kube_features.go), the gate that allows ipvs mode."""
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        if labels.get("name") != names.IPVS_FEATURE_GATE:
+            return
+        try:
+            self.ipvs_gate = (float(m.group(3)), labels.get("stage", ""))
+        except ValueError as exc:
+            raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
+
     def result(self) -> KubeProxyMetrics:
         if not self.kubeproxy:
             raise Garbage("/metrics has no kubeproxy_ series")
@@ -356,6 +372,7 @@ class _Metrics:
             iptables_series=self.iptables,
             localhost_nodeport_packets=self.sums.get(_WANTED[2]),
             ct_state_invalid_dropped=self.sums.get(_WANTED[3]),
+            ipvs_feature_gate=self.ipvs_gate,
         )
 
 
@@ -456,6 +473,7 @@ def read(
         "metrics": lambda: _fetch(f"{base}/metrics", end, METRICS_LIMIT, read_metrics)[1],
         "healthz": lambda: parse_healthz(*_small(healthz_url, end)),
         "livez": lambda: parse_livez(*_small(livez_url(healthz_url), end)),
+        "configz": lambda: parse_configz(*_small(f"{base}/configz", end)),
     }
     got: dict[str, Reading[Any]] = {}
     threads = []
@@ -480,6 +498,7 @@ def read(
         healthz=readings["healthz"],
         read_at=time.time(),
         livez=readings["livez"],
+        configz=readings["configz"],
     )
 
 
