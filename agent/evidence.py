@@ -4,7 +4,6 @@ docs/contract.md#ownership, indexed once per snapshot.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,7 +11,45 @@ from dataclasses import dataclass
 from agent import names
 from agent.snapshot import Ipset, IpvsService, KubeProxyConfigz, Links, NftTable
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+@dataclass(frozen=True)
+class Network:
+    """A CIDR, compared as integers: `ipaddress` costs the audit's start (its imports)."""
+
+    bits: int  # 32 or 128
+    prefix: int  # the network's leading bits, as an integer
+    length: int
+
+    @classmethod
+    def parse(cls, text: str) -> Network | None:
+        addr, _, plen = text.strip().partition("/")
+        af = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        bits = 128 if af == socket.AF_INET6 else 32
+        try:
+            value = int.from_bytes(socket.inet_pton(af, addr), "big")
+            length = int(plen) if plen else bits
+        except (OSError, ValueError):
+            return None
+        if not 0 <= length <= bits:
+            return None
+        return cls(bits, value >> (bits - length), length)
+
+    def __contains__(self, addr: object) -> bool:
+        if not isinstance(addr, str):
+            return False
+        af = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        if (af == socket.AF_INET6) != (self.bits == 128):
+            return False
+        try:
+            value = int.from_bytes(socket.inet_pton(af, addr), "big")
+        except OSError:
+            return False
+        return value >> (self.bits - self.length) == self.prefix
+
+    def __str__(self) -> str:
+        af = socket.AF_INET6 if self.bits == 128 else socket.AF_INET
+        packed = (self.prefix << (self.bits - self.length)).to_bytes(self.bits // 8, "big")
+        return f"{socket.inet_ntop(af, packed)}/{self.length}"
 
 
 def _addr(text: str) -> str:
@@ -120,8 +157,7 @@ class IpvsEvidence:
                 f"port the running nftables mode serves (its {maps} map)"
             ]
         if off_node and (proto, port) in self.served_node_ports:
-            ip = ipaddress.ip_address(addr)
-            net = next((n for n in self.node_port_nets if ip in n), None)
+            net = next((n for n in self.node_port_nets if addr in n), None)
             if net is not None:
                 return [
                     f"NodePort {port}/{proto} is in an ipvs-mode set and the running nftables "
@@ -154,11 +190,8 @@ def node_port_nets(configz: KubeProxyConfigz | None) -> tuple[Network, ...]:
     outside the node could be anything, so they attribute nothing."""
     out: list[Network] = []
     for text in configz.node_port_addresses if configz else ():
-        try:
-            net = ipaddress.ip_network(text.strip(), strict=False)
-        except ValueError:
-            continue
-        if net.prefixlen > 0:
+        net = Network.parse(text)
+        if net is not None and net.length > 0:
             out.append(net)
     return tuple(out)
 

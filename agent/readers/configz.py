@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent.readers.timestamps import Garbage
 from agent.snapshot import KubeProxyConfigz
 
 GROUP = "kubeproxy.config.k8s.io"
 
 
-class ConfigzError(ValueError):
+class ConfigzError(Garbage):
     """/configz answered, but not with a kube-proxy configuration."""
 
 

@@ -133,18 +133,10 @@ def _read(detail: bool, services: bool) -> tuple[NftTable, ...]:
             if services and key in names.NFTABLES_MODE_TABLES
         }
         if not detail:  # the metrics need only which tables exist
-            return tuple(
-                _with(
-                    NftTable(
-                        f,
-                        n,
-                        masquerade_mark=marks.get((f, n)),
-                        kube_proxy_chains=own.get((f, n), ()),
-                    ),
-                    served,
-                )
-                for f, n in tables
+            bare = (
+                NftTable(f, n, 0, (), marks.get((f, n)), own.get((f, n), ())) for f, n in tables
             )
+            return tuple(_with(t, served) for t in bare)
         chains = _chain_counts(nft)
         sets: dict[Key, list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
