@@ -1,6 +1,6 @@
 """Lost evidence, with real kube-proxy (the newest release) on one node of the VM.
 
-Real ipvs mode programs the node with nodePortAddresses 192.168.62.0/27 on two node addresses
+Real ipvs mode programs the node with nodePortAddresses 192.168.80.0/27 on two node addresses
 (.10 and .20); then one of its set members is lost (web's ClusterIP member of KUBE-CLUSTER-IP:
 ipvs mode adds members one `ipset add` at a time) and the node loses .20. Real nftables mode
 then runs beside the leftovers (no `modprobe` on its PATH: its start-up cleanup of them returns
@@ -14,8 +14,8 @@ virtual servers and, while one of them uses its address, kube-ipvs0; once that o
 kube-ipvs0 goes too. Before this evidence existed, web's ClusterIP stayed "unknown" and kept
 kube-ipvs0 for good.
 
-This node reuses the control plane of rk137-nft-v4no6 (tests/realkp/nodes.py), one at a time:
-the tier's session run uses it only later, in its own fixture, from a fresh namespace.
+The node (tests/realkp/nodes.py SOLO) has a control plane of its own, apart from the session
+run's nodes.
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ import pytest
 from tests import upstream
 from tests.realkp import mix
 from tests.realkp.cluster import RealAPI
-from tests.realkp.node import KubeProxy, NodeNet, delete_namespace, ns_run, probe, setup_namespace
-from tests.realkp.nodes import NEWEST
+from tests.realkp.node import KubeProxy, delete_namespace, ns_run, probe, setup_namespace
+from tests.realkp.nodes import NEWEST, SOLO
 from tests.realkp.pipeline import agent
 
 pytestmark = pytest.mark.realkp
 
-NET = NodeNet(2, "nft", False, "137", ipv6=False)  # rk137-nft-v4no6's control plane
-LOST_ADDRESS = "192.168.62.20"
-NODE_PORT_CIDR = "192.168.62.0/27"  # .10 and .20; not the keepalived VIP .100
+NET = SOLO[0]  # IPv4 only, its own control plane
+_SUBNET = NET.v4.rsplit(".", 1)[0]
+LOST_ADDRESS = f"{_SUBNET}.20"
+NODE_PORT_CIDR = f"{_SUBNET}.0/27"  # .10 and .20; not the keepalived VIP .100
 OPERATOR_ON_CLUSTER_IP = f"{mix.WEB_CLUSTER_IP}:8443"
 OPERATOR_AT_NODE_PORT = f"{mix.keepalived_vip(NET)}:{mix.WEB_NODE_PORT}"
 KEEPALIVED = f"{mix.keepalived_vip(NET)}:80"
@@ -159,7 +160,12 @@ def test_what_only_looks_like_kube_proxys_is_kept(node: dict[str, Any]) -> None:
     assert classes[f"TCP {OPERATOR_ON_CLUSTER_IP}"][0] == "unknown-kube"
     assert classes[f"TCP {OPERATOR_AT_NODE_PORT}"][0] == "unknown-kube"
     assert classes[f"TCP {KEEPALIVED}"][0] == "foreign"
-    assert node["cleanup"].rc == 0, node["cleanup"].stdout + node["cleanup"].stderr
+    # exit 1, something remains: kube-ipvs0, for the operator's service on its address
+    assert node["cleanup"].rc == 1, node["cleanup"].stdout + node["cleanup"].stderr
+    assert node["cleanup"].stdout.splitlines()[-1] == (
+        f"  kept link kube-ipvs0: 1 IPVS service(s) not removed use its addresses: "
+        f"TCP {OPERATOR_ON_CLUSTER_IP}"
+    ), node["cleanup"].stdout
     assert node["after"] == {
         f"TCP {OPERATOR_ON_CLUSTER_IP}",
         f"TCP {OPERATOR_AT_NODE_PORT}",
