@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agent import names
-from agent.evidence import evidence_sets_needed
+from agent.evidence import evidence_sets_needed, service_maps_needed
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
 from agent.readers._timing import bounded
 from agent.snapshot import IpvsService, KubeProxy, Links, Reading, Snapshot
@@ -116,6 +116,8 @@ def collect(opts: Options) -> Snapshot:
     # Only the sets that can name a virtual server's address and port are decoded
     # (docs/contract.md#ownership).
     wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)
+    # nftables mode's service maps, only when they can attribute a virtual server
+    maps = service_maps_needed(ipvs_reading.data, links_reading.data)
     return Snapshot(
         ipvs=ipvs_reading,
         ipsets=run("ipsets", lambda: ipsets.read(wanted), ()),
@@ -123,7 +125,7 @@ def collect(opts: Options) -> Snapshot:
         iptables_nft=run("iptables_nft", lambda: iptables.read_nft(opts.timeout), ()),
         nftables=run(
             "nftables",
-            lambda: nftables.read(opts.nftables_detail, services=bool(ipvs_reading.data)),
+            lambda: nftables.read(opts.nftables_detail, services=maps),
             (),
         ),
         links=links_reading,

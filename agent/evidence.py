@@ -208,3 +208,12 @@ def evidence_sets_needed(services: Iterable[IpvsService], links: Links) -> froze
     for s in services:
         needed |= index.sets_needed(s)
     return frozenset(needed)
+
+
+def service_maps_needed(services: Iterable[IpvsService], links: Links) -> bool:
+    """Whether nftables mode's service maps can attribute anything: a virtual server on an
+    address of kube-ipvs0 or off the node's addresses (the two weak shapes they make strong).
+    A node with IPVS left only on node addresses never dumps them (serve's scrapes)."""
+    node = {_addr(a) for a in links.node_addresses}
+    has_link = links.kube_ipvs0 is not None
+    return any(s.address is not None and (has_link or s.address not in node) for s in services)

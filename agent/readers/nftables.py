@@ -125,7 +125,7 @@ def _read(detail: bool, services: bool) -> tuple[NftTable, ...]:
         own: dict[Key, tuple[str, ...]] = {
             key: _own_chains(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES
         }
-        # What it serves, only when IPVS has virtual servers to attribute (docs/contract.md
+        # What it serves, only when that can attribute a virtual server (docs/contract.md
         # #ownership): the keys of its service maps, never their verdicts.
         served: dict[Key, Served] = {
             key: _served(nft, *key)

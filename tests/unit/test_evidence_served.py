@@ -9,7 +9,7 @@ import dataclasses
 
 from agent.classify import Owner, classify
 from agent.cleanup.plan import make_plan
-from agent.evidence import node_port_nets
+from agent.evidence import node_port_nets, service_maps_needed
 from agent.names import NFTABLES_MODE_CHAINS
 from agent.readers.configz import ConfigzError, parse_configz
 from agent.snapshot import (
@@ -180,3 +180,11 @@ def test_configz_garbage_is_an_error() -> None:
         except ConfigzError:
             continue
         raise AssertionError(f"{status} {body!r} was accepted")
+
+
+def test_the_maps_are_read_only_when_they_can_attribute_something() -> None:
+    on_node = (svc("192.168.60.10", 30080),)
+    assert not service_maps_needed(on_node, Links(None, ("192.168.60.10",)))
+    assert service_maps_needed(on_node, LINKS)  # kube-ipvs0 exists
+    assert service_maps_needed((svc("192.168.60.20", 30080),), Links(None, ("192.168.60.10",)))
+    assert not service_maps_needed((), LINKS)
