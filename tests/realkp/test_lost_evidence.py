@@ -21,6 +21,7 @@ run's nodes.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,25 @@ def links(ns: str) -> str:
     return ns_run(ns, "ip", "-o", "link", "show")
 
 
+SYSCTLS = r"^net\.ipv4\.(vs\.|ip_forward |conf\.all\.arp_)"
+
+
+def sysctls(ns: str) -> dict[str, str]:
+    """The sysctls ipvs mode may set, and every net.ipv4.vs.*, of namespace `ns`."""
+    out = ns_run(ns, "sh", "-c", f"sysctl -a 2>/dev/null | grep -E '{SYSCTLS}'", check=False)
+    return dict(line.split(" = ", 1) for line in out.splitlines() if " = " in line)
+
+
+def fresh_sysctls() -> dict[str, str]:
+    """The same in a namespace nothing ran in: the kernel's defaults, ip_vs loaded."""
+    ns = f"{NET.ns}-fresh"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        return sysctls(ns)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     work = tmp_path_factory.mktemp("lost-evidence")
@@ -89,6 +109,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         kp.wait_synced()
         kp.stop()
         seen["ipvs_made"] = virtual_servers(NET.ns)
+        # what ipvs mode set: its namespace's values that differ from a fresh namespace's
+        fresh, mine = fresh_sysctls(), sysctls(NET.ns)
+        seen["sysctls_set"] = {k for k, v in mine.items() if fresh.get(k) != v}
         # the losses: a member ipvs mode never added, an address the node no longer has
         ns_run(NET.ns, "ipset", "del", "KUBE-CLUSTER-IP", f"{mix.WEB_CLUSTER_IP},tcp:80")
         ns_run(NET.ns, "ip", "addr", "del", f"{LOST_ADDRESS}/24", "dev", "eth0")
@@ -109,6 +132,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         seen["cleanup2"] = agent(NET.ns, "cleanup", "--apply", *common)
         seen["after2"] = virtual_servers(NET.ns)
         seen["links_after2"] = links(NET.ns)
+        probe_at = f"{mix.WEB_CLUSTER_IP}:80"
+        seen["verify"] = agent(NET.ns, "verify", "--json", "--probe-address", probe_at)
         seen["probes"] = {
             "clusterip": probe(NET, mix.WEB_CLUSTER_IP, 80),
             "nodeport": probe(NET, NET.v4, mix.WEB_NODE_PORT),
@@ -180,3 +205,35 @@ def test_kube_ipvs0_goes_once_nothing_uses_it(node: dict[str, Any]) -> None:
     assert "kube-ipvs0" not in node["links_after2"]
     assert node["probes"] == {"clusterip": "ok", "nodeport": "ok"}
     assert node["kube_proxy_alive"]
+
+
+def test_the_sysctls_ipvs_mode_set_are_attributed(node: dict[str, Any]) -> None:
+    """Provenance: what differs from a fresh namespace after ipvs mode ran; Debian's 6.1 kernel
+    keeps conn_reuse_mode as it is (5.9+), and no strictARP was asked for."""
+    assert node["sysctls_set"] == {
+        "net.ipv4.ip_forward",
+        "net.ipv4.vs.conntrack",
+        "net.ipv4.vs.expire_nodest_conn",
+        "net.ipv4.vs.expire_quiescent_template",
+    }
+    doc = json.loads(node["audit"].stdout)
+    notes = {n["name"]: n for n in doc["sysctl_notes"]}
+    assert {n for n, v in notes.items() if v["set_by_ipvs_mode"]} == node["sysctls_set"]
+    assert notes["net.ipv4.vs.conntrack"]["note"].startswith(
+        "the value ipvs mode sets (sysctlVSConnTrack, pkg/proxy/ipvs/proxier.go NewProxier); "
+        "left alone"
+    )
+
+
+def test_upstream_signals_reach_the_audit_and_verify(node: dict[str, Any]) -> None:
+    kp = json.loads(node["audit"].stdout)["kube_proxy"]
+    assert kp["ipvs_feature_gate"] == {"value": 1.0, "stage": "DEPRECATED"}
+    assert kp["configz"]["node_port_addresses"] == [NODE_PORT_CIDR]
+    r = node["verify"]
+    assert r.rc == 0, r.stdout + r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["ip-forward"]["status"] == "warn"
+    assert checks["ip-forward"]["evidence"][0].startswith(
+        "net.ipv4.ip_forward = 1, the value ipvs mode sets (sysctlForward"
+    )
+    assert {c["status"] for n, c in checks.items() if n != "ip-forward"} == {"pass"}
