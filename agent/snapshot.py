@@ -293,8 +293,8 @@ class NftTable:
     masquerade_mark: int | None = None
     # kube-proxy's tables: which of names.NFTABLES_MODE_CHAINS it holds (the gate needs all)
     kube_proxy_chains: tuple[str, ...] = ()
-    # kube-proxy's tables, read when they can attribute a virtual server: the keys of its service maps
-    # (docs/contract.md#ownership), `(address, protocol, port)` of `service-ips` and
+    # kube-proxy's tables, read when they can attribute a virtual server: the keys of its
+    # service maps (docs/contract.md#ownership), `(address, protocol, port)` of `service-ips` and
     # `no-endpoint-services`, `(protocol, port)` of `service-nodeports` and
     # `no-endpoint-nodeports`; protocol lower-case (tcp, udp, sctp) as kube-proxy writes it.
     services: frozenset[tuple[str, str, int]] = frozenset()
