@@ -219,9 +219,17 @@ class Node:
             raise RuntimeError(f"kubectl {' '.join(args)} -> {p.returncode}: {p.stderr[-2000:]}")
         return p.stdout
 
-    def ctr(self, *args: str) -> str:
+    def ctr(self, *args: str, timeout: float = 300.0) -> str:
         ctr = upstream_binary("ctr", CONTAINERD_VERSION)
-        return sh([str(ctr), "--address", SOCKET, "-n", "k8s.io", *args])
+        p = subprocess.run(
+            [str(ctr), "--address", SOCKET, "-n", "k8s.io", *args],
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if p.returncode != 0:
+            raise RuntimeError(
+                f"ctr {' '.join(args)} -> {p.returncode}: {p.stderr.strip()[-2000:]}"
+            )
+        return p.stdout
 
     def log(self, name: str) -> Path:
         return self.work / f"{name}.log"
@@ -283,7 +291,8 @@ class Node:
         onto a node; the agent's under the reference the base renders."""
         t0 = time.monotonic()
         for name in ("pause", "agent"):
-            self.ctr("images", "import", str(self.cp / "images" / f"{name}.oci.tar"))
+            # 133 MB of gzip layers over 9p, unpacked under emulation: 220 s on a loaded host
+            self.ctr("images", "import", str(self.cp / "images" / f"{name}.oci.tar"), timeout=1200)
         self.timings["import"] = time.monotonic() - t0
 
     def tag(self, source: str, ref: str) -> None:
