@@ -1,0 +1,203 @@
+"""Install path c, as docs/install.md tells it: `kubectl apply -k daemonset/setup`, then the base,
+on a real node (tests/cluster/node.py: containerd, runc, the kubelet, real kube-proxy migrated
+from ipvs to nftables mode) joined to a real control plane. Asserted on what the kubelet and the
+API server report, and on the agent's /metrics from that pod against the node's real leftovers,
+counted by provenance as the real-kube-proxy tier counts them.
+
+The base includes a PodMonitor and a PrometheusRule: the cluster gets those two CRDs of the
+Prometheus Operator first (the project's build of them, `prometheus-operator-crds`), as a cluster
+that runs the Operator has them (docs/install.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.node import Node, repo_path
+from tests.realkp.pipeline import Scenario
+from tests.realkp.test_real_kube_proxy import _expected_counts
+from tests.upstream import upstream_binary
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = "ipvs-leftovers"
+SELECTOR = "app.kubernetes.io/name=ipvs-leftovers"
+METRICS = "http://127.0.0.1:9437/metrics"  # the pod is on the node's network (hostNetwork)
+PROMETHEUS_OPERATOR = "v0.85.0"
+# the two kinds the base holds (the other eight are megabytes the node's test does not need)
+CRDS = ("monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
+POD_DEADLINE = 600.0
+
+
+def _out() -> Path:
+    d = Path(os.environ.get("VM_OUT", "/tmp")) / "cluster-node"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    n = Node(tmp_path_factory.mktemp("node"))
+    try:
+        n.start()
+        n.migrate()
+        yield n
+    finally:
+        n.stop()
+        (_out() / "timings.json").write_text(json.dumps(n.timings, indent=1) + "\n")
+        for log in n.work.glob("*.log"):
+            (_out() / log.name).write_bytes(log.read_bytes())
+
+
+def rendered_image(node: Node) -> str:
+    """The agent's image reference the base renders (its DaemonSet's one container)."""
+    docs = yaml.safe_load_all(node.kubectl("kustomize", str(repo_path("daemonset"))))
+    (ds,) = [d for d in docs if d and d["kind"] == "DaemonSet"]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
+
+
+def _pod(node: Node) -> dict[str, Any] | None:
+    items = json.loads(node.kubectl("-n", NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json"))[
+        "items"
+    ]
+    return items[0] if len(items) == 1 else None
+
+
+def _ready(pod: dict[str, Any] | None) -> bool:
+    if not pod:
+        return False
+    conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return conds.get("Ready") == "True"
+
+
+@pytest.fixture(scope="module")
+def installed(node: Node) -> dict[str, Any]:
+    """docs/install.md, path c; the agent's Pod once Ready (and the seconds it took)."""
+    t0 = time.monotonic()
+    image = rendered_image(node)
+    node.tag(node.images["agent"], image)
+    crds = upstream_binary("prometheus-operator-crds", PROMETHEUS_OPERATOR)
+    node.kubectl("apply", "--server-side", *(a for k in CRDS for a in ("-f", str(crds / k))))
+    node.kubectl("apply", "-k", str(repo_path("daemonset", "setup")))
+    node.kubectl("apply", "-k", str(repo_path("daemonset")))
+    deadline = time.monotonic() + POD_DEADLINE
+    pod = _pod(node)
+    while not _ready(pod) and time.monotonic() < deadline:
+        time.sleep(3)
+        pod = _pod(node)
+    node.timings["install to Ready"] = time.monotonic() - t0
+    events = node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json")
+    (_out() / "events.json").write_text(events)
+    assert pod is not None and _ready(pod), (
+        f"the agent's Pod is not Ready after {POD_DEADLINE:g} s: {json.dumps(pod)[-3000:]}; "
+        f"events: {[e.get('message') for e in json.loads(events)['items']][-10:]}"
+    )
+    return {"pod": pod, "image": image, "events": json.loads(events)["items"]}
+
+
+def test_node_registers_and_is_ready(node: Node) -> None:
+    doc = json.loads(node.kubectl("get", "node", "node-0", "-o", "json"))
+    info = doc["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.37.2"
+    assert info["containerRuntimeVersion"] == "containerd://2.4.2"
+    conds = {c["type"]: c["status"] for c in doc["status"]["conditions"]}
+    assert conds["Ready"] == "True", doc["status"]["conditions"]
+    assert node.kube_proxy is not None and node.kube_proxy.alive()
+    assert node.kubectl("get", "--raw", "/api/v1/nodes/node-0").count('"node-0"') >= 1
+
+
+def _ready_since(pod: dict[str, Any]) -> str:
+    (ready,) = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
+    return str(ready["lastTransitionTime"])
+
+
+def test_pod_running_ready_probes_pass_no_restart(node: Node, installed: dict[str, Any]) -> None:
+    """Running and Ready, and still so past two liveness periods; no probe failed once the pod
+    was Ready, no restart. Probe failures before the first Ready are recorded, not failed: the
+    DaemonSet has no startupProbe, and a Python start under software emulation outlasts the
+    first readiness and liveness periods (docs/install.md); fewer than the liveness
+    failureThreshold, or the kubelet would have restarted it (restartCount 0 below)."""
+    ready_at = _ready_since(installed["pod"])
+    time.sleep(45)  # past two liveness periods (20 s)
+    pod = _pod(node)
+    assert pod is not None
+    status = pod["status"]
+    assert status["phase"] == "Running"
+    assert pod["spec"]["nodeName"] == "node-0"
+    assert _ready(pod) and _ready_since(pod) == ready_at, status["conditions"]
+    (cs,) = status["containerStatuses"]
+    assert cs["ready"] is True and cs["started"] is True, cs
+    assert cs["restartCount"] == 0, cs
+    assert "running" in cs["state"], cs
+    assert cs["image"].endswith(installed["image"].split("/", 1)[1]), cs
+    events = json.loads(node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json"))["items"]
+    (_out() / "events-after.json").write_text(json.dumps(events, indent=1))
+    unhealthy = [e for e in events if e.get("reason") == "Unhealthy"]
+    late = [e["message"] for e in unhealthy if (e.get("lastTimestamp") or "") > ready_at]
+    assert late == [], late
+    bad = [e["message"] for e in events if e.get("reason") in ("BackOff", "Failed", "Killing")]
+    assert bad == [], bad
+
+
+def test_agent_logs_through_the_kubelet(node: Node, installed: dict[str, Any]) -> None:
+    pod = installed["pod"]
+    meta = pod["metadata"]
+    d = Path("/var/log/pods") / f"{NAMESPACE}_{meta['name']}_{meta['uid']}" / "ipvs-leftovers"
+    text = "".join(p.read_text() for p in sorted(d.glob("*.log")))
+    assert "serving on" in text, text[-2000:]
+
+
+def _metrics() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(METRICS, timeout=30) as r:
+        text = r.read().decode()
+    (_out() / "metrics.txt").write_text(text)
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def test_metrics_count_the_nodes_real_leftovers(node: Node, installed: dict[str, Any]) -> None:
+    sc = Scenario("B", node.net, node.states["B"], node.made_ipvs, set())
+    want = _expected_counts(sc)
+    # `kubernetes` and `web` (ClusterIP and NodePort) at least
+    assert want["ipvs_virtual_servers"] >= 3 and want["kube_ipvs0_present"], want
+    m = _metrics()
+
+    def one(name: str, **labels: str) -> float:
+        key = tuple(sorted((k.rstrip("_"), v) for k, v in labels.items()))
+        return m[name][key]
+
+    assert one("ipvs_leftovers_stale") == 1.0
+    assert (
+        one("ipvs_leftovers_ipvs_virtual_servers", class_="kube-proxy")
+        == want["ipvs_virtual_servers"]
+    )
+    assert one("ipvs_leftovers_ipvs_real_servers", class_="kube-proxy") == want["ipvs_real_servers"]
+    assert (
+        one("ipvs_leftovers_ipvs_virtual_servers", class_="foreign")
+        == want["foreign"]["ipvs_virtual_servers"]
+    )
+    for fam in ("ipv4", "ipv6"):
+        assert one("ipvs_leftovers_ipsets", family=fam) == want["ipsets"][fam]
+        assert one("ipvs_leftovers_ipset_entries", family=fam) == want["ipset_entries"][fam]
+        assert (
+            one("ipvs_leftovers_kube_ipvs0_addresses", family=fam)
+            == want["kube_ipvs0_addresses"][fam]
+        )
+    assert sum(m.get("ipvs_leftovers_iptables_chains", {}).values()) == len(
+        want["ipvs_mode_chains"]
+    )
+    assert one("ipvs_leftovers_kube_ipvs0_present") == 1.0
