@@ -12,7 +12,6 @@ that runs the Operator has them (docs/install.md).
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,39 +23,18 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.node import Node, repo_path
+from tests.cluster.pods import NAMESPACE, agent_pod, out_dir, pod_ready
 from tests.realkp.pipeline import Scenario
 from tests.realkp.test_real_kube_proxy import _expected_counts
 from tests.upstream import upstream_binary
 
 pytestmark = pytest.mark.cluster
 
-NAMESPACE = "ipvs-leftovers"
-SELECTOR = "app.kubernetes.io/name=ipvs-leftovers"
 METRICS = "http://127.0.0.1:9437/metrics"  # the pod is on the node's network (hostNetwork)
 PROMETHEUS_OPERATOR = "v0.85.0"
 # the two kinds the base holds (the other eight are megabytes the node's test does not need)
 CRDS = ("monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
 POD_DEADLINE = 600.0
-
-
-def _out() -> Path:
-    d = Path(os.environ.get("VM_OUT", "/tmp")) / "cluster-node"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    n = Node(tmp_path_factory.mktemp("node"))
-    try:
-        n.start()
-        n.migrate()
-        yield n
-    finally:
-        n.stop()
-        (_out() / "timings.json").write_text(json.dumps(n.timings, indent=1) + "\n")
-        for log in n.work.glob("*.log"):
-            (_out() / log.name).write_bytes(log.read_bytes())
 
 
 def rendered_image(node: Node) -> str:
@@ -67,23 +45,10 @@ def rendered_image(node: Node) -> str:
     return str(container["image"])
 
 
-def _pod(node: Node) -> dict[str, Any] | None:
-    items = json.loads(node.kubectl("-n", NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json"))[
-        "items"
-    ]
-    return items[0] if len(items) == 1 else None
-
-
-def _ready(pod: dict[str, Any] | None) -> bool:
-    if not pod:
-        return False
-    conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return conds.get("Ready") == "True"
-
-
 @pytest.fixture(scope="module")
-def installed(node: Node) -> dict[str, Any]:
-    """docs/install.md, path c; the agent's Pod once Ready (and the seconds it took)."""
+def installed(node: Node) -> Iterator[dict[str, Any]]:
+    """docs/install.md, path c; the agent's Pod once Ready (and the seconds it took). Removed
+    again after the module, as docs/install.md's uninstall says."""
     t0 = time.monotonic()
     image = rendered_image(node)
     node.tag(node.images["agent"], image)
@@ -92,18 +57,24 @@ def installed(node: Node) -> dict[str, Any]:
     node.kubectl("apply", "-k", str(repo_path("daemonset", "setup")))
     node.kubectl("apply", "-k", str(repo_path("daemonset")))
     deadline = time.monotonic() + POD_DEADLINE
-    pod = _pod(node)
-    while not _ready(pod) and time.monotonic() < deadline:
+    pod = agent_pod(node)
+    while not pod_ready(pod) and time.monotonic() < deadline:
         time.sleep(3)
-        pod = _pod(node)
+        pod = agent_pod(node)
     node.timings["install to Ready"] = time.monotonic() - t0
     events = node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json")
-    (_out() / "events.json").write_text(events)
-    assert pod is not None and _ready(pod), (
+    (out_dir() / "events.json").write_text(events)
+    assert pod is not None and pod_ready(pod), (
         f"the agent's Pod is not Ready after {POD_DEADLINE:g} s: {json.dumps(pod)[-3000:]}; "
         f"events: {[e.get('message') for e in json.loads(events)['items']][-10:]}"
     )
-    return {"pod": pod, "image": image, "events": json.loads(events)["items"]}
+    yield {"pod": pod, "image": image, "events": json.loads(events)["items"]}
+    # the next module installs its own agent on the node's port: this one leaves first
+    node.kubectl("delete", "-k", str(repo_path("daemonset")), "--wait=true", "--timeout=300s")
+    gone = time.monotonic() + 300
+    while agent_pod(node) is not None:
+        assert time.monotonic() < gone, "the base's agent Pod outlived its DaemonSet by 300 s"
+        time.sleep(3)
 
 
 def test_node_registers_and_is_ready(node: Node) -> None:
@@ -129,19 +100,19 @@ def test_pod_running_ready_probes_pass_no_restart(node: Node, installed: dict[st
     holds liveness and readiness back until the agent first answers (docs/install.md)."""
     ready_at = _ready_since(installed["pod"])
     time.sleep(45)  # past two liveness periods (20 s)
-    pod = _pod(node)
+    pod = agent_pod(node)
     assert pod is not None
     status = pod["status"]
     assert status["phase"] == "Running"
     assert pod["spec"]["nodeName"] == "node-0"
-    assert _ready(pod) and _ready_since(pod) == ready_at, status["conditions"]
+    assert pod_ready(pod) and _ready_since(pod) == ready_at, status["conditions"]
     (cs,) = status["containerStatuses"]
     assert cs["ready"] is True and cs["started"] is True, cs
     assert cs["restartCount"] == 0, cs
     assert "running" in cs["state"], cs
     assert cs["image"].endswith(installed["image"].split("/", 1)[1]), cs
     events = json.loads(node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json"))["items"]
-    (_out() / "events-after.json").write_text(json.dumps(events, indent=1))
+    (out_dir() / "events-after.json").write_text(json.dumps(events, indent=1))
     unhealthy = [e for e in events if e.get("reason") == "Unhealthy"]
     late = [e["message"] for e in unhealthy if (e.get("lastTimestamp") or "") > ready_at]
     assert late == [], late
@@ -160,7 +131,7 @@ def test_agent_logs_through_the_kubelet(node: Node, installed: dict[str, Any]) -
 def _metrics() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     with urllib.request.urlopen(METRICS, timeout=30) as r:
         text = r.read().decode()
-    (_out() / "metrics.txt").write_text(text)
+    (out_dir() / "metrics.txt").write_text(text)
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
