@@ -31,6 +31,7 @@ from agent.snapshot import (
     IptRule,
     IptTable,
     IpvsService,
+    KubeProxyConfigz,
     Link,
     Links,
     NftTable,
@@ -41,9 +42,13 @@ from agent.snapshot import (
 
 
 def classify_ipvs(
-    services: Iterable[IpvsService], links: Links, sets: tuple[Ipset, ...]
+    services: Iterable[IpvsService],
+    links: Links,
+    sets: tuple[Ipset, ...],
+    tables: tuple[NftTable, ...] = (),
+    configz: KubeProxyConfigz | None = None,
 ) -> Iterator[Finding[IpvsService]]:
-    index = IpvsEvidence.of(links, sets)
+    index = IpvsEvidence.of(links, sets, tables, configz)
     for svc in services:
         why = index.of_service(svc)
         if why.strong:
@@ -51,7 +56,8 @@ def classify_ipvs(
         elif why.weak:
             evidence = (
                 *why.weak,
-                "no KUBE-* set names its address and port: weak evidence, never touched",
+                "no KUBE-* set names its address and port, nor does the running nftables mode "
+                "serve it: weak evidence, never touched",
             )
             yield Finding(Owner.UNKNOWN_KUBE, "ipvs", "ipvs-service", svc.key, evidence, svc)
         else:
@@ -381,7 +387,13 @@ def classify_link(links: Links) -> Finding[Link] | None:
 
 def classify(snap: Snapshot, now: float, max_sync_age: float = 0.0) -> Classification:
     findings: list[AnyFinding] = []
-    findings += classify_ipvs(snap.ipvs.data, snap.links.data, snap.ipsets.data)
+    findings += classify_ipvs(
+        snap.ipvs.data,
+        snap.links.data,
+        snap.ipsets.data,
+        snap.nftables.data,
+        snap.kube_proxy.configz.data,
+    )
     findings += (classify_ipset(s) for s in snap.ipsets.data)
     references: list[Reference] = []
     findings += classify_iptables(snap.iptables_legacy.data, references)

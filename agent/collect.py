@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agent import names
-from agent.evidence import evidence_sets_needed
+from agent.evidence import evidence_sets_needed, service_maps_needed
 from agent.readers import ipsets, iptables, ipvs, kube_proxy, links, nftables, sysctls
 from agent.readers._timing import bounded
 from agent.snapshot import IpvsService, KubeProxy, Links, Reading, Snapshot
@@ -116,12 +116,18 @@ def collect(opts: Options) -> Snapshot:
     # Only the sets that can name a virtual server's address and port are decoded
     # (docs/contract.md#ownership).
     wanted = evidence_sets_needed(ipvs_reading.data, links_reading.data)
+    # nftables mode's service maps, only when they can attribute a virtual server
+    maps = service_maps_needed(ipvs_reading.data, links_reading.data)
     return Snapshot(
         ipvs=ipvs_reading,
         ipsets=run("ipsets", lambda: ipsets.read(wanted), ()),
         iptables_legacy=run("iptables_legacy", lambda: iptables.read_legacy(opts.timeout), ()),
         iptables_nft=run("iptables_nft", lambda: iptables.read_nft(opts.timeout), ()),
-        nftables=run("nftables", lambda: nftables.read(opts.nftables_detail), ()),
+        nftables=run(
+            "nftables",
+            lambda: nftables.read(opts.nftables_detail, services=maps),
+            (),
+        ),
         links=links_reading,
         kernel=run("kernel", sysctls.read, sysctls.empty()),
         kube_proxy=_kube_proxy(opts),

@@ -258,6 +258,19 @@ KUBE_IPVS0 = "kube-ipvs0"
 PROBE_SERVICE = ("TCP", "198.51.100.0", 20000)  # CanUseIPVSProxier's probe virtual server
 # What strictARP (--ipvs-strict-arp) sets; reported, and reset only on request.
 ARP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2"}
+# Every sysctl ipvs mode's NewProxier sets (pkg/proxy/ipvs/proxier.go, v1.37.2 lines 258-303,
+# v1.34.4 283-328; docs/contract.md#sysctls): name -> (the value it sets, the kernel's default,
+# the upstream constant and condition). conn_reuse_mode only on kernels 4.1 to 5.8 (left as
+# is from 5.9, IPVSConnReuseModeFixedKernelVersion); the ARP pair only with strictARP.
+IPVS_MODE_SYSCTLS = {
+    "net.ipv4.vs.conntrack": ("1", "0", "sysctlVSConnTrack"),
+    "net.ipv4.vs.conn_reuse_mode": ("0", "1", "sysctlConnReuse, kernels before 5.9"),
+    "net.ipv4.vs.expire_nodest_conn": ("1", "0", "sysctlExpireNoDestConn"),
+    "net.ipv4.vs.expire_quiescent_template": ("1", "0", "sysctlExpireQuiescentTemplate"),
+    "net.ipv4.ip_forward": ("1", "0", "sysctlForward"),
+    "net.ipv4.conf.all.arp_ignore": ("1", "0", "sysctlArpIgnore, with strictARP"),
+    "net.ipv4.conf.all.arp_announce": ("2", "0", "sysctlArpAnnounce, with strictARP"),
+}
 
 # docs/kube-proxy-names.md#nftables-mode: kube-proxy's nftables-mode tables.
 NFTABLES_TABLE = "kube-proxy"
@@ -274,6 +287,17 @@ NFTABLES_MIN_KERNEL = (5, 13)
 # nftables mode masquerades the mark a kept KUBE-MARK-MASQ sets.
 MASQUERADING_CHAIN = "masquerading"
 NFTABLES_MODE_CHAINS = ("services", MASQUERADING_CHAIN)
+# Its service dispatch maps (pkg/proxy/nftables/proxier.go, every release 1.34-1.37:
+# serviceIPsMap, noEndpointServicesMap `ipvX_addr . inet_proto . inet_service : verdict`;
+# serviceNodePortsMap, noEndpointNodePortsMap `inet_proto . inet_service : verdict`): each
+# Service IP and port, each NodePort, that nftables mode serves (docs/contract.md#ownership).
+NFTABLES_SERVICE_MAPS = ("service-ips", "no-endpoint-services")
+NFTABLES_NODE_PORT_MAPS = ("service-nodeports", "no-endpoint-nodeports")
+# inet_proto numbers as IPVS names the protocols
+INET_PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
+# kube-proxy's /metrics: the feature gate that allows ipvs mode, from v1.37 (deprecated).
+FEATURE_ENABLED_SERIES = "kubernetes_feature_enabled"
+IPVS_FEATURE_GATE = "KubeProxyIPVS"
 # Tables iptables-nft creates; their chains are read (and classified) as iptables chains.
 IPTABLES_NFT_TABLES = frozenset(
     (fam, t) for fam in ("ip", "ip6") for t in ("nat", "filter", "mangle", "raw", "security")

@@ -293,6 +293,12 @@ class NftTable:
     masquerade_mark: int | None = None
     # kube-proxy's tables: which of names.NFTABLES_MODE_CHAINS it holds (the gate needs all)
     kube_proxy_chains: tuple[str, ...] = ()
+    # kube-proxy's tables, read when they can attribute a virtual server: the keys of its
+    # service maps (docs/contract.md#ownership), `(address, protocol, port)` of `service-ips` and
+    # `no-endpoint-services`, `(protocol, port)` of `service-nodeports` and
+    # `no-endpoint-nodeports`; protocol lower-case (tcp, udp, sctp) as kube-proxy writes it.
+    services: frozenset[tuple[str, str, int]] = frozenset()
+    node_ports: frozenset[tuple[str, int]] = frozenset()
 
 
 # --- links ----------------------------------------------------------------------------------
@@ -358,6 +364,20 @@ class KubeProxyMetrics:
     iptables_series: bool = False
     localhost_nodeport_packets: float | None = None
     ct_state_invalid_dropped: float | None = None
+    # kubernetes_feature_enabled{name="KubeProxyIPVS"} (v1.37+): (value, stage); None if absent
+    ipvs_feature_gate: tuple[float, str] | None = None
+
+
+@dataclass(frozen=True)
+class KubeProxyConfigz:
+    """What kube-proxy's /configz says of the settings that attribute leftovers: its live,
+    defaulted configuration (docs/contract.md#ownership)."""
+
+    mode: str | None = None
+    node_port_addresses: tuple[str, ...] = ()  # as configured: CIDRs and keywords
+    strict_arp: bool | None = None  # ipvs.strictARP
+    iptables_masquerade_bit: int | None = None  # the bit ipvs and iptables mode mark with
+    nftables_masquerade_bit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -378,6 +398,10 @@ def _not_read() -> Reading[KubeProxyHealth | None]:
     return Reading("absent", None, "not read")
 
 
+def _not_read_configz() -> Reading[KubeProxyConfigz | None]:
+    return Reading("absent", None, "not read")
+
+
 @dataclass(frozen=True)
 class KubeProxy:
     """What kube-proxy's endpoints answered, and when."""
@@ -388,6 +412,8 @@ class KubeProxy:
     read_at: float = 0.0  # unix seconds when read, for freshness checks
     # /livez: the proxier's health without node eligibility (absent before kube-proxy 1.28).
     livez: Reading[KubeProxyHealth | None] = field(default_factory=_not_read)
+    # /configz on the metrics port: its effective configuration (every release tested).
+    configz: Reading[KubeProxyConfigz | None] = field(default_factory=_not_read_configz)
 
 
 # --- the whole node -------------------------------------------------------------------------

@@ -59,6 +59,7 @@ TIERS = {
     "prometheus": "prometheus",
     "vm": "vm",
     "realkp": "realkp",
+    "cluster": "cluster",
     "manifests": "manifests",
     "control_plane_selftest": "upstream",
 }
@@ -113,7 +114,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if IN_VM:
         return
     for item in items:
-        if "vm" in item.keywords or "realkp" in item.keywords:
+        if "vm" in item.keywords or "realkp" in item.keywords or "cluster" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="VM tier: scripts/vm-run runs it"))
 
 

@@ -1,5 +1,5 @@
 """A real Kubernetes control plane for the tests: etcd and kube-apiserver (and, on request,
-kube-controller-manager), as `scripts/build-upstream` builds them, on 127.0.0.1 ports chosen
+kube-controller-manager and kube-scheduler), as `scripts/build-upstream` builds them, on 127.0.0.1 ports chosen
 free at start, everything under one work folder.
 
     with ControlPlane(tmp_path) as cp:
@@ -86,6 +86,7 @@ KUBECTL = Path(sys.executable).with_name("kubectl")
 ADMIN: tuple[str, list[str]] = ("kubernetes-admin", ["system:masters"])
 KUBE_PROXY: tuple[str, list[str]] = ("system:kube-proxy", [])
 CONTROLLER_MANAGER: tuple[str, list[str]] = ("system:kube-controller-manager", [])
+SCHEDULER: tuple[str, list[str]] = ("system:kube-scheduler", [])
 
 
 class ControlPlaneError(RuntimeError):
@@ -192,6 +193,7 @@ class ControlPlane:
         workdir: Path,
         *,
         controller_manager: bool = False,
+        scheduler: bool = False,
         limit_critical_pods: bool = True,
         deadline: float = START_DEADLINE,
         advertise_address: str = GUEST_HOST,
@@ -206,6 +208,7 @@ class ControlPlane:
         self.advertise_address = advertise_address
         self.apiserver_flags = apiserver_flags
         self.controller_manager = controller_manager
+        self.scheduler = scheduler
         self.limit_critical_pods = limit_critical_pods
         self.deadline = deadline
         self.port = 0
@@ -531,6 +534,35 @@ class ControlPlane:
 
         self._wait(p, running, "running (GET /healthz, ServiceAccount default/default)")
 
+    def _start_scheduler(self) -> None:
+        binary = upstream_binary("kube-scheduler", self.version)
+        kubeconfig = self.workdir / "kube-scheduler.kubeconfig"
+        kubeconfig.write_text(self.kubeconfig(*SCHEDULER))
+        port = free_port()
+        p = _Program(
+            "kube-scheduler",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+            self.workdir / "kube-scheduler.log",
+        )
+        self.programs["kube-scheduler"] = p
+        p.start()
+        insecure = self._ssl_context(verify=False)
+
+        def ready() -> bool:
+            return self._get(f"https://127.0.0.1:{port}/readyz", insecure)[0] == 200
+
+        self._wait(p, ready, "ready (GET /readyz)")
+
     def start(self) -> ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not KUBECTL.exists():
@@ -548,6 +580,8 @@ class ControlPlane:
             self.admin_kubeconfig.write_text(self.kubeconfig(*ADMIN))
             if self.controller_manager:
                 self._on_free_ports("kube-controller-manager", self._start_controller_manager)
+            if self.scheduler:
+                self._on_free_ports("kube-scheduler", self._start_scheduler)
         except BaseException:
             self.stop()
             raise
@@ -557,6 +591,8 @@ class ControlPlane:
         needed = [("etcd", ETCD_VERSION), ("kube-apiserver", self.version)]
         if self.controller_manager:
             needed.append(("kube-controller-manager", self.version))
+        if self.scheduler:
+            needed.append(("kube-scheduler", self.version))
         return needed
 
     def stop(self) -> None:
@@ -653,6 +689,7 @@ class ControlPlane:
                 "kube-apiserver": self.version,
                 "etcd": ETCD_VERSION,
                 **({"kube-controller-manager": self.version} if self.controller_manager else {}),
+                **({"kube-scheduler": self.version} if self.scheduler else {}),
             },
             "pids": self.pids(),
             "start_seconds": self.start_seconds,

@@ -1,4 +1,4 @@
-"""kube-proxy's own word: /proxyMode and /metrics (:10249), /healthz (:10256).
+"""kube-proxy's own word: /proxyMode, /metrics and /configz (:10249), /healthz (:10256).
 
 Unreachable is `absent` (kube-proxy may simply not run here); an answer that cannot be
 understood is `error`. Neither raises.
@@ -13,11 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from agent import names
 from agent.readers._timing import Absent, timed
+from agent.readers.configz import parse_configz
+from agent.readers.timestamps import Garbage, parse_timestamp
 from agent.readers.urls import split_url
 from agent.snapshot import (
     Family,
@@ -47,10 +48,6 @@ def ip_family(text: str) -> Family | None:
     """The model's family for kube-proxy's spelling (IPv4, IPv6); None for any other."""
     known = names.KUBE_PROXY_IP_FAMILIES.get(text)
     return as_family(known) if known else None
-
-
-class Garbage(ValueError):
-    """kube-proxy answered, but not in a form kube-proxy uses."""
 
 
 class Late(Exception):
@@ -306,6 +303,7 @@ class _Metrics:
         self.last_queued: dict[Family | None, float] = {}
         self.failures: dict[Family | None, float] = {}
         self.sums: dict[str, float] = {}
+        self.ipvs_gate: tuple[float, str] | None = None
 
     def line(self, raw: bytes) -> None:
         try:
@@ -318,6 +316,9 @@ class _Metrics:
         if m is None:
             raise Garbage(f"/metrics is not Prometheus text: not a sample line: {line[:60]!r}")
         name = m.group(1)
+        if name == names.FEATURE_ENABLED_SERIES:
+            self._feature(m)
+            return
         if not name.startswith("kubeproxy_"):
             return
         self.kubeproxy = True
@@ -325,10 +326,7 @@ class _Metrics:
         self.iptables = self.iptables or name.startswith("kubeproxy_iptables_")
         if name not in _WANTED:
             return
-        try:
-            value = float(m.group(3))
-        except ValueError as exc:
-            raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
+        value = _value(m.group(3))
         by_family = {
             _WANTED[0]: self.last_sync,
             _WANTED[1]: self.failures,
@@ -343,6 +341,12 @@ class _Metrics:
         if name not in (_WANTED[0], _WANTED[4]):
             self.sums[name] = self.sums.get(name, 0.0) + value
 
+    def _feature(self, m: re.Match[str]) -> None:
+        """kubernetes_feature_enabled{name="KubeProxyIPVS",stage="DEPRECATED"} (v1.37+)."""
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        if labels.get("name") == names.IPVS_FEATURE_GATE:
+            self.ipvs_gate = (_value(m.group(3)), labels.get("stage", ""))
+
     def result(self) -> KubeProxyMetrics:
         if not self.kubeproxy:
             raise Garbage("/metrics has no kubeproxy_ series")
@@ -356,7 +360,15 @@ class _Metrics:
             iptables_series=self.iptables,
             localhost_nodeport_packets=self.sums.get(_WANTED[2]),
             ct_state_invalid_dropped=self.sums.get(_WANTED[3]),
+            ipvs_feature_gate=self.ipvs_gate,
         )
+
+
+def _value(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise Garbage(f"/metrics is not Prometheus text: {exc}") from exc
 
 
 def read_metrics(chunks: Iterator[bytes]) -> KubeProxyMetrics:
@@ -375,29 +387,6 @@ def read_metrics(chunks: Iterator[bytes]) -> KubeProxyMetrics:
     if tail:
         parsed.line(tail)
     return parsed.result()
-
-
-# Go's %q of a time.Time: "2024-05-25 03:22:43.5 +0000 UTC m=+12.3"
-_GO_TIME = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d+))? ([+-]\d{4})(?: \S+)?(?: m=[+-][\d.]+)?$"
-)
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$")
-
-
-def parse_timestamp(text: str) -> float:
-    """Unix seconds from either timestamp format kube-proxy's healthz has used."""
-    m = _RFC3339.match(text) or _GO_TIME.match(text)
-    if not m:
-        raise Garbage(f"unknown timestamp format {text[:40]!r}")
-    day, clock, frac, zone = m.groups()
-    zone = "+00:00" if zone == "Z" else zone
-    if ":" not in zone:
-        zone = f"{zone[:3]}:{zone[3:]}"
-    try:  # the regexes take any digits: month 13, hour 25, year 9999 at -23:59
-        base = datetime.fromisoformat(f"{day}T{clock}{zone}").astimezone(UTC).timestamp()
-    except (ValueError, OverflowError) as exc:
-        raise Garbage(f"not a time {text[:40]!r}: {exc}") from exc
-    return base + (float(f"0.{frac}") if frac else 0.0)
 
 
 def livez_url(healthz_url: str) -> str:
@@ -456,6 +445,7 @@ def read(
         "metrics": lambda: _fetch(f"{base}/metrics", end, METRICS_LIMIT, read_metrics)[1],
         "healthz": lambda: parse_healthz(*_small(healthz_url, end)),
         "livez": lambda: parse_livez(*_small(livez_url(healthz_url), end)),
+        "configz": lambda: parse_configz(*_small(f"{base}/configz", end)),
     }
     got: dict[str, Reading[Any]] = {}
     threads = []
@@ -480,6 +470,7 @@ def read(
         healthz=readings["healthz"],
         read_at=time.time(),
         livez=readings["livez"],
+        configz=readings["configz"],
     )
 
 

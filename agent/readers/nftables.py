@@ -7,7 +7,9 @@ Attribute numbers are the kernel's (include/uapi/linux/netfilter/nf_tables.h).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import socket
 import struct
 import sys
 from collections import Counter
@@ -43,6 +45,7 @@ CHAIN_NAME = 3
 SET_FLAGS = 3
 ELEM_LIST_ELEMENTS = 3
 SET_ANONYMOUS, SET_MAP = 0x1, 0x8
+ELEM_KEY = 1  # NFTA_SET_ELEM_KEY, holding an NFTA_DATA_VALUE
 
 
 def _chain_counts(nft: NfTables) -> dict[Key, int]:
@@ -99,7 +102,7 @@ def _number(family: NftFamily | int) -> int:
     return family if isinstance(family, int) else _FAMILY_NUMBERS[family]
 
 
-def _read(detail: bool) -> tuple[NftTable, ...]:
+def _read(detail: bool, services: bool) -> tuple[NftTable, ...]:
     if presence("nf_tables") is Presence.ABSENT:
         raise Absent("nf_tables module not loaded")
     with NfTables() as nft:
@@ -122,13 +125,18 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
         own: dict[Key, tuple[str, ...]] = {
             key: _own_chains(nft, *key) for key in tables if key in names.NFTABLES_MODE_TABLES
         }
+        # What it serves, only when that can attribute a virtual server (docs/contract.md
+        # #ownership): the keys of its service maps, never their verdicts.
+        served: dict[Key, Served] = {
+            key: _served(nft, *key)
+            for key in tables
+            if services and key in names.NFTABLES_MODE_TABLES
+        }
         if not detail:  # the metrics need only which tables exist
-            return tuple(
-                NftTable(
-                    f, n, masquerade_mark=marks.get((f, n)), kube_proxy_chains=own.get((f, n), ())
-                )
-                for f, n in tables
+            bare = (
+                NftTable(f, n, 0, (), marks.get((f, n)), own.get((f, n), ())) for f, n in tables
             )
+            return tuple(_with(t, served) for t in bare)
         chains = _chain_counts(nft)
         sets: dict[Key, list[tuple[str, bool]]] = {}
         for p in nft.dump(GETSET):
@@ -145,16 +153,10 @@ def _read(detail: bool) -> tuple[NftTable, ...]:
                 for s, is_map in sets.get((family, name), [])
             )
             mark = marks.get((family, name))
-            out.append(
-                NftTable(
-                    family,
-                    name,
-                    chains[(family, name)],
-                    table_sets,
-                    mark,
-                    own.get((family, name), ()),
-                )
+            table = NftTable(
+                family, name, chains[(family, name)], table_sets, mark, own.get((family, name), ())
             )
+            out.append(_with(table, served))
     return tuple(out)
 
 
@@ -232,6 +234,64 @@ def _data(view: memoryview | None) -> int | None:
     return None if value is None else int.from_bytes(bytes(value), sys.byteorder)
 
 
+def _keys(nft: NfTables, family: NftFamily | int, table: str, name: str) -> list[bytes]:
+    """The key of every element of a set or map; none when it does not exist."""
+    body = attr(ELEM_LIST_TABLE, table.encode() + b"\0") + attr(
+        ELEM_LIST_SET, name.encode() + b"\0"
+    )
+    out = []
+    try:
+        for p in nft.dump(GETSETELEM, _number(family), body):
+            elements = attrs(p, 4).get(ELEM_LIST_ELEMENTS)
+            for elem in _nested(elements, LIST_ELEM) if elements is not None else ():
+                key = attrs(elem).get(ELEM_KEY)
+                value = attrs(key).get(DATA_VALUE) if key is not None else None
+                if value is not None:
+                    out.append(bytes(value))
+    except NetlinkError as exc:
+        if exc.errno == errno.ENOENT:
+            return []
+        raise
+    return out
+
+
+def _proto_port(key: bytes) -> tuple[str, int] | None:
+    """`inet_proto . inet_service`, each in a 4-byte register: the protocol's number in
+    the first byte, the port in network order in the first two."""
+    if len(key) != 8 or key[0] not in names.INET_PROTOCOLS:
+        return None
+    return names.INET_PROTOCOLS[key[0]].lower(), int.from_bytes(key[4:6], "big")
+
+
+Served = tuple[frozenset[tuple[str, str, int]], frozenset[tuple[str, int]]]
+
+
+def _with(table: NftTable, served: dict[Key, Served]) -> NftTable:
+    got = served.get((table.family, table.name))
+    if got is None:
+        return table
+    return dataclasses.replace(table, services=got[0], node_ports=got[1])
+
+
+def _served(nft: NfTables, family: NftFamily | int, table: str) -> Served:
+    """The Service IPs and ports, and the NodePorts, of kube-proxy's service maps."""
+    width = 16 if family == "ip6" else 4
+    af = socket.AF_INET6 if width == 16 else socket.AF_INET
+    services: set[tuple[str, str, int]] = set()
+    for m in names.NFTABLES_SERVICE_MAPS:
+        for key in _keys(nft, family, table, m):
+            rest = _proto_port(key[width:]) if len(key) == width + 8 else None
+            if rest is not None:
+                services.add((socket.inet_ntop(af, key[:width]), *rest))
+    node_ports = {
+        pp
+        for m in names.NFTABLES_NODE_PORT_MAPS
+        for key in _keys(nft, family, table, m)
+        if (pp := _proto_port(key)) is not None
+    }
+    return frozenset(services), frozenset(node_ports)
+
+
 def _elements(nft: NfTables, family: NftFamily | int, table: str, name: str) -> int:
     # The element dump must go out with the table's own family, not NFPROTO_UNSPEC.
     body = attr(ELEM_LIST_TABLE, table.encode() + b"\0") + attr(
@@ -245,6 +305,7 @@ def _elements(nft: NfTables, family: NftFamily | int, table: str, name: str) -> 
     return total
 
 
-def read(detail: bool = True) -> Reading[tuple[NftTable, ...]]:
-    """Every table; with `detail`, chain counts and the sizes of kube-proxy's sets and maps."""
-    return timed(lambda: consistent(lambda: _read(detail)), ())
+def read(detail: bool = True, services: bool = False) -> Reading[tuple[NftTable, ...]]:
+    """Every table; with `detail`, chain counts and the sizes of kube-proxy's sets and maps;
+    with `services`, the keys of its service maps."""
+    return timed(lambda: consistent(lambda: _read(detail, services)), ())

@@ -16,6 +16,8 @@ from agent.classify import (
     ipset_family,
 )
 from agent.snapshot import Ipset, IpvsService, Link, NftTable, Snapshot
+from agent.views.signals import ipvs_feature_gate
+from agent.views.sysctls import attribute
 
 SCHEMA = 1
 LIST_LIMIT = 20  # objects listed per class and source without --verbose
@@ -112,6 +114,11 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
         },
         "stale": c.stale,
         "sysctls": dict(snap.kernel.data.sysctls),
+        "sysctl_notes": [
+            {"name": n.name, "value": n.value, "set_by_ipvs_mode": n.by_ipvs_mode, "note": n.note}
+            for n in attribute(snap.kernel.data, snap.kube_proxy.configz.data)
+        ],
+        "kube_proxy": _kube_proxy(snap),
         "findings": [
             {
                 "class": f.owner.value,
@@ -122,6 +129,29 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
             }
             for f in c.findings
         ],
+    }
+
+
+def _kube_proxy(snap: Snapshot) -> dict[str, Any]:
+    """Upstream's signals and /configz's settings, as read (docs/audit-json.md)."""
+    kp = snap.kube_proxy
+    gate = kp.metrics.data.ipvs_feature_gate if kp.metrics.data else None
+    z = kp.configz.data
+    return {
+        "ipvs_feature_gate": {"value": gate[0], "stage": gate[1]} if gate else None,
+        "ipvs_feature_gate_note": ipvs_feature_gate(kp),
+        "configz": {"status": kp.configz.status, "error": kp.configz.error}
+        | (
+            {
+                "mode": z.mode,
+                "node_port_addresses": list(z.node_port_addresses),
+                "strict_arp": z.strict_arp,
+                "iptables_masquerade_bit": z.iptables_masquerade_bit,
+                "nftables_masquerade_bit": z.nftables_masquerade_bit,
+            }
+            if z
+            else {}
+        ),
     }
 
 
@@ -215,6 +245,7 @@ def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
     )
     lines += [f"  - {e}" for e in c.mode.evidence]
     lines += [f"  - not confirmed: {e}" for e in c.mode.failed]
+    lines.append(f"  - {ipvs_feature_gate(snap.kube_proxy)}")
     lines.append("sources:")
     for name, r in snap.sources().items():
         lines.append(f"  {name:20} {r.status}{': ' + r.error if r.error else ''}")
@@ -232,8 +263,12 @@ def render(snap: Snapshot, c: Classification, verbose: bool = False) -> str:
                 lines.append(f"    {_describe(f)}  <- {'; '.join(f.evidence)}")
             if len(shown) < len(group):
                 lines.append(f"    ... {len(group) - len(shown)} more (--verbose lists all)")
-    if snap.kernel.data.sysctls:
-        lines.append("sysctls (reported, never changed by audit):")
-        lines += [f"  {k} = {v}" for k, v in sorted(snap.kernel.data.sysctls.items())]
+    notes = attribute(snap.kernel.data, snap.kube_proxy.configz.data)
+    if notes:
+        lines.append("sysctls (never changed by audit):")
+        lines += [f"  {n.name} = {n.value}: {n.note}" for n in notes if n.by_ipvs_mode]
+        rest = [f"{n.name}={n.value}" for n in notes if not n.by_ipvs_mode]
+        if rest:
+            lines.append(f"  not as ipvs mode set them: {', '.join(rest)}")
     lines.append(verdict(snap, c))
     return "\n".join(lines)

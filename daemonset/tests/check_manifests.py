@@ -58,7 +58,15 @@ PROMQL_KEYWORDS = {
     "offset", "bool", "inf", "nan", "atan2",
 }  # fmt: skip
 SEVERITIES = {"critical", "warning", "info"}
-RUNBOOK_BASE = "https://github.com/example/ipvs-leftovers/blob/main/docs/runbooks/"
+_VERSION = re.search(
+    r'__version__ = "([^"]+)"',
+    (Path(__file__).resolve().parents[2] / "agent" / "__init__.py").read_text(),
+)
+# The chart's default: the runbooks of the version installed (the chart's appVersion).
+RUNBOOK_BASE = (
+    f"https://github.com/example/ipvs-leftovers/blob/v{_VERSION.group(1) if _VERSION else '?'}"
+    "/docs/runbooks/"
+)
 CRD_KINDS = {"PodMonitor", "PrometheusRule"}
 
 
@@ -197,7 +205,7 @@ def check_daemonset(ds: dict[str, Any], problems: Problems) -> dict[str, Any]:
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
     if ports.get("metrics") != 9437:
         problems.add(w, "needs the container port metrics: 9437")
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = c.get(probe, {}).get("httpGet", {})
         if get.get("path") != "/healthz" or get.get("port") not in ("metrics", 9437):
             problems.add(w, f"{probe} must be httpGet /healthz on the metrics port")
@@ -396,7 +404,36 @@ def cmd_crds(rendered: str, tests_path: str, repo: str) -> None:
     check_podmonitor(_one(docs, "PodMonitor", problems), pod_labels, problems)
     check_rules(_one(docs, "PrometheusRule", problems), tests_path, Path(repo), problems)
     check_dashboard_configmap(docs, problems)
+    check_alert_panels(_one(docs, "PrometheusRule", problems), docs, problems)
     problems.exit()
+
+
+def check_alert_panels(pr: dict[str, Any], docs: list[dict[str, Any]], problems: Problems) -> None:
+    """Every alert has a dashboard panel whose description names it ("Alert: NAME")."""
+    cms = [
+        d for d in docs if d.get("kind") == "ConfigMap" and "dashboard.json" in d.get("data", {})
+    ]
+    if not cms:
+        return
+    dash = json.loads(cms[0]["data"]["dashboard.json"])
+    named = {
+        name
+        for panel in _panels(dash.get("panels", []))
+        for name in re.findall(r"Alert: (\w+)", str(panel.get("description", "")))
+    }
+    alerts = {
+        r["alert"]
+        for g in pr.get("spec", {}).get("groups", [])
+        for r in g.get("rules", [])
+        if "alert" in r
+    }
+    for name in sorted(alerts - named):
+        problems.add(
+            "dashboard", f'no panel names alert {name} ("Alert: {name}" in its description)'
+        )
+    for name in sorted(named - alerts):
+        problems.add("dashboard", f"a panel names {name}, which is no alert")
+    print(f"  {len(alerts)} alerts, each named by a dashboard panel")
 
 
 def cmd_overlay(rendered: str, base_url: str, cleanup_job: str) -> None:
@@ -538,21 +575,6 @@ def cmd_image_tools(dockerfile: str, repo: str) -> None:
     problems.exit()
 
 
-PLAIN_HEAD = """\
-# The alerts of prometheusrule.yaml as a plain Prometheus rules file, for a Prometheus without
-# the Prometheus Operator (rule_files: in prometheus.yml; scrape-config.yaml beside it).
-# Generated from prometheusrule.yaml; scripts/check-manifests fails when the two differ.
-# Regenerate: python daemonset/tests/check_manifests.py write-plain-rules daemonset
-"""
-
-
-def cmd_write_plain_rules(base: str) -> None:
-    spec = load_docs(str(Path(base) / "prometheusrule.yaml"))[0]["spec"]
-    out = Path(base) / "plain" / "ipvs-leftovers.rules.yaml"
-    out.write_text(PLAIN_HEAD + yaml.safe_dump(spec, sort_keys=False, width=100))
-    print(f"  wrote {out}")
-
-
 def cmd_plain(base: str, rendered: str, out: str) -> None:
     """daemonset/plain: the rules file is the PrometheusRule's groups, the scrape job selects
     what the PodMonitor selects and gives the same job and node labels; `out` is a
@@ -564,15 +586,20 @@ def cmd_plain(base: str, rendered: str, out: str) -> None:
     if rules != spec:
         problems.add(
             "plain/ipvs-leftovers.rules.yaml",
-            "differs from prometheusrule.yaml (run: python daemonset/tests/check_manifests.py "
-            "write-plain-rules daemonset)",
+            "differs from prometheusrule.yaml (run: scripts/render-manifests)",
         )
     scrape = load_docs(str(plain / "scrape-config.yaml"))[0]
     (job,) = scrape["scrape_configs"]
     if job.get("job_name") != JOB:
         problems.add("plain/scrape-config.yaml", f"job_name must be {JOB} (the alerts select it)")
     pm = _one(load_docs(rendered), "PodMonitor", problems)
-    want = {f"{k}={v}" for k, v in pm["spec"]["selector"]["matchLabels"].items()}
+    # the PodMonitor's selector without the release (app.kubernetes.io/instance): one plain job
+    # scrapes the agents of every release, as job="ipvs-leftovers" as the alerts select
+    want = {
+        f"{k}={v}"
+        for k, v in pm["spec"]["selector"]["matchLabels"].items()
+        if k != "app.kubernetes.io/instance"
+    }
     sd = job.get("kubernetes_sd_configs", [{}])[0]
     if [set(str(x.get("label")).split(",")) for x in sd.get("selectors", [])] != [want]:
         problems.add("plain/scrape-config.yaml", f"must select the pods by {want}")
@@ -622,6 +649,12 @@ def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
         yield f"{path}: kustomize {a!r:.80}, helm {b!r:.80}"
 
 
+def _label_maps(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    labels = obj.get("metadata", {}).get("labels")
+    if isinstance(labels, dict):
+        yield labels
+
+
 def cmd_helm_compare(kustomized: str, helmed: str, chart: str, repo: str) -> None:
     """`helm template` and `kubectl kustomize` of the same choices give the same objects."""
     problems = Problems()
@@ -634,6 +667,10 @@ def cmd_helm_compare(kustomized: str, helmed: str, chart: str, repo: str) -> Non
         return out
 
     k, h = by_key(kustomized), by_key(helmed)
+    for obj in h.values():  # what only Helm writes (scripts/render-manifests drops them too)
+        for labels in _label_maps(obj):
+            labels.pop("helm.sh/chart", None)
+            labels.pop("app.kubernetes.io/managed-by", None)
     for key in sorted(set(k) | set(h)):
         if key not in h:
             problems.add("/".join(key), "rendered by kustomize only")
@@ -646,8 +683,8 @@ def cmd_helm_compare(kustomized: str, helmed: str, chart: str, repo: str) -> Non
     from agent import __version__
 
     meta = load_docs(str(Path(chart) / "Chart.yaml"))[0]
-    if meta.get("appVersion") != __version__ or meta.get("version") != __version__:
-        problems.add("Chart.yaml", f"version/appVersion must be the agent's {__version__}")
+    if meta.get("appVersion") != __version__:
+        problems.add("Chart.yaml", f"appVersion must be the agent's {__version__}")
     print(f"  {len(k)} kustomize objects, {len(h)} helm objects compared")
     problems.exit()
 
@@ -662,7 +699,6 @@ def main(argv: list[str]) -> None:
         "dashboard": lambda a: cmd_dashboard(a[0], a[1]),
         "plain": lambda a: cmd_plain(a[0], a[1], a[2]),
         "helm-compare": lambda a: cmd_helm_compare(a[0], a[1], a[2], a[3]),
-        "write-plain-rules": lambda a: cmd_write_plain_rules(a[0]),
     }
     if len(argv) < 2 or argv[0] not in commands:
         print(__doc__, file=sys.stderr)

@@ -142,6 +142,13 @@ def test_dashboard_panels_give_the_fleet_and_each_node(lab: Fleet) -> None:
     assert one("Foreign IPVS on nftables nodes") == 0
     assert one("Kernel not ready for nftables") == 0
     assert one("Nodes with source errors") == 0
+    # the stats beside each alert (daemonset/README.md "Alerts": one panel per alert)
+    assert one("kube-proxy unhealthy") == 1  # node-kp-stuck: IPVSLeftoversKubeProxyNotSynced
+    assert one("kube-proxy unreachable") == 1  # node-kp-down: IPVSLeftoversKubeProxyUnreachable
+    assert one("Agents down") == len(GONE)  # IPVSLeftoversAgentDown
+    assert one("Agent targets") == len(NODES) + len(GONE)  # 0 is IPVSLeftoversAgentAbsent
+    assert one("iptables-mode chains on nftables nodes") == 1  # node-stale
+    assert one("Failed auto-cleanups (1d)") == 0  # no auto-cleanup in this lab
     assert values(lab, fleet_q[("Nodes by kube-proxy mode", "A")], by="mode") == {
         "nftables": 4.0,
         "ipvs": 1.0,

@@ -2,7 +2,7 @@
 
     python -m tests.realkp.control_planes --dir DIR -- scripts/vm-run --user-net ... -- pytest ...
 
-Each node (tests/realkp/nodes.py) is a one-node cluster of its own: etcd and kube-apiserver as
+Each node (tests/realkp/nodes.py, NODES and SOLO) is a one-node cluster of its own: etcd and kube-apiserver as
 scripts/build-upstream builds them (tests/control_plane.py), on free ports of 127.0.0.1, which a
 VM guest on QEMU's user network reaches at 10.0.2.2. DIR/<node namespace>/ gets what the guest
 reads (tests/realkp/cluster.py): control-plane.json, guest-admin.kubeconfig and
@@ -27,11 +27,11 @@ from pathlib import Path
 
 from tests.control_plane import KUBE_PROXY, SERVICE_CIDRS, ControlPlane, ControlPlaneError
 from tests.realkp.cluster import API_PORT
-from tests.realkp.nodes import NODES, NodeSpec
+from tests.realkp.node import NodeNet
+from tests.realkp.nodes import NODES, SOLO
 
 
-def _start(spec: NodeSpec, out: Path) -> ControlPlane:
-    net = spec.net
+def _start(net: NodeNet, out: Path) -> ControlPlane:
     cp = ControlPlane(
         out / "work" / net.ns,
         advertise_address=net.peer,
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     # until the end: the programs die with the thread that started them (PR_SET_PDEATHSIG).
     pool = ThreadPoolExecutor(2)
     try:
-        futures = [pool.submit(_start, spec, out) for spec in NODES]
+        nets = [spec.net for spec in NODES] + list(SOLO)
+        futures = [pool.submit(_start, net, out) for net in nets]
         for f in futures:
             with contextlib.suppress(ControlPlaneError, RuntimeError):
                 planes.append(f.result())

@@ -98,3 +98,6 @@ def _nodes() -> list[NodeSpec]:
 
 NODES = _nodes()
 BY_NS = {n.ns: n for n in NODES}
+# Nodes a test file runs on its own, outside the session run (each with a control plane of its
+# own: an API server's objects are made once, `kubectl create`). tests/realkp/test_lost_evidence.py.
+SOLO = (NodeNet(20, "nft", False, f"{_tag(NEWEST)}lost", ipv6=False),)

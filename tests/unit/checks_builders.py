@@ -131,7 +131,9 @@ def nft_snap(kp: KubeProxy | None = None, **kw: Any) -> Snapshot:
         NftTable("ip", "kube-proxy", kube_proxy_chains=own),
         NftTable("ip6", "kube-proxy", kube_proxy_chains=own),
     )
-    return replace(s, nftables=ok(tables))
+    # a node where nothing left IPv4 forwarding on (the ip-forward check passes)
+    kernel = replace(s.kernel.data, sysctls={"net.ipv4.ip_forward": "0", **s.kernel.data.sysctls})
+    return replace(s, nftables=ok(tables), kernel=ok(kernel))
 
 
 def run_verify(s: Snapshot, probe: ProbeResult = PROBE_OK) -> list[Check]:

@@ -338,8 +338,7 @@ def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
 
     bound = svc("10.96.0.1", 443)  # on kube-ipvs0: still needs its address and port in a set
     nodeport = svc("192.168.50.10", 30080)
-    assert evidence_sets_needed([bound], LINKS) == names.VIP_PORT_SETS
-    assert evidence_sets_needed([bound, nodeport], LINKS) == names.VIP_PORT_SETS | frozenset(
+    tcp_node_ports = frozenset(
         {
             "KUBE-NODE-PORT-TCP",
             "KUBE-NODE-PORT-LOCAL-TCP",
@@ -347,6 +346,10 @@ def test_only_the_sets_that_can_attribute_a_service_are_decoded() -> None:
             "KUBE-6-NODE-PORT-LOCAL-TCP",
         }
     )
+    # any address: a NodePort of an address the node no longer has needs its protocol's
+    # NodePort bitmaps too (small); never another protocol's
+    assert evidence_sets_needed([bound], LINKS) == names.VIP_PORT_SETS | tcp_node_ports
+    assert evidence_sets_needed([bound, nodeport], LINKS) == names.VIP_PORT_SETS | tcp_node_ports
     assert evidence_sets_needed([svc("198.51.100.0", 20000)], LINKS) == frozenset()  # the probe
     assert evidence_sets_needed([svc(None, None, "FWM", fwmark=1)], LINKS) == frozenset()
 

@@ -72,7 +72,9 @@ def test_mode_not_pinned_warns() -> None:
     for config in (cfg(mode=""), cfg()):
         c, pinned = checks.check_mode_pinned(snap(kp=kube_proxy("iptables")), config)
         assert c.status == "warn" and pinned is False
-        assert c.evidence[-1].startswith("no mode pinned (mode is empty)")
+        assert c.evidence[-2].startswith("no mode pinned (mode is empty)")
+        # kube-proxy v1.37's own warning (cmd/kube-proxy/app/server_linux.go)
+        assert "becomes nftables in Kubernetes 1.40" in c.evidence[-1]
 
 
 def test_pinned_mode_that_is_not_running_warns() -> None:
@@ -340,10 +342,11 @@ def test_precheck_ready_node() -> None:
         "foreign-ipvs-services",
         "ipvs-scheduler",
         "strict-arp",
+        "ipvs-deprecation",
     ]
     assert {c.status for c in result} == {"pass"}, result
     assert checks.ready(result)
-    assert checks.render("precheck", result).splitlines()[-1] == "READY: 0 fail, 0 warn, 10 pass"
+    assert checks.render("precheck", result).splitlines()[-1] == "READY: 0 fail, 0 warn, 11 pass"
 
 
 # --- readiness metrics ----------------------------------------------------------------------

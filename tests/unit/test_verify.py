@@ -30,13 +30,14 @@ def test_verify_passes_on_a_clean_nftables_node() -> None:
         ("kube-ipvs0-gone", "pass"),
         ("nftables-sync", "pass"),
         ("service-probe", "pass"),
+        ("ip-forward", "pass"),
     ]
     assert one(result, "nftables-sync").evidence == (
         "/livez answers HTTP 200: no update stuck",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total = 0",
     )
     doc = checks.document("verify", result)
-    assert doc["ok"] is True and doc["summary"] == {"pass": 5, "warn": 0, "fail": 0}
+    assert doc["ok"] is True and doc["summary"] == {"pass": 6, "warn": 0, "fail": 0}
 
 
 def test_verify_mode_failures() -> None:
@@ -108,3 +109,22 @@ def test_verify_probe() -> None:
     refused = ProbeResult("127.0.0.1:9", "--probe-address", False, "connection refused")
     c = one(run_verify(nft_snap(), refused), "service-probe")
     assert c.evidence == ("TCP connect to 127.0.0.1:9 (--probe-address): connection refused",)
+
+
+def test_ip_forward_ipvs_mode_set_is_a_warning_that_says_what_to_do() -> None:
+    """Only ipvs mode, of kube-proxy's modes, sets ip_forward=1 (pkg/proxy/ipvs/proxier.go
+    sysctlForward) and nothing sets it again after a reboot: verify says so, and its exit code
+    does not count it (the node may need forwarding, set by its own configuration)."""
+    s = nft_snap()
+    on = replace(s, kernel=ok(replace(s.kernel.data, sysctls={"net.ipv4.ip_forward": "1"})))
+    result = run_verify(on)
+    c = one(result, "ip-forward")
+    assert c.status == "warn"
+    assert c.evidence[0].startswith(
+        "net.ipv4.ip_forward = 1, the value ipvs mode sets (sysctlForward, "
+        "pkg/proxy/ipvs/proxier.go NewProxier)"
+    )
+    assert "persist it in /etc/sysctl.d or let the CNI set it" in c.evidence[1]
+    doc = checks.document("verify", result)
+    assert doc["ok"] is True and doc["summary"] == {"pass": 5, "warn": 1, "fail": 0}
+    assert not checks.ready(result) and checks.ready(result, warn_ok=True)

@@ -29,6 +29,8 @@ from agent.views.checks.common import (
     _check,
     _listed,
 )
+from agent.views.checks.upstream import check_ipvs_deprecation
+from agent.views.signals import DEFAULT_MODE_WARNING
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def check_mode_pinned(
             "no mode pinned (mode is empty): kube-proxy picks its default (iptables on Linux); "
             "pin mode: nftables so that a restart or an upgrade cannot change the data plane"
         )
+        evidence.append(DEFAULT_MODE_WARNING)
         return _check("mode-pinned", "warn", *evidence), False
     evidence.append(f"mode {cfg.mode} pinned by {cfg.origins.get('mode', 'the configuration')}")
     if running is not None and running != cfg.mode:
@@ -463,6 +466,7 @@ def precheck(
         check_foreign_ipvs(snap, c),
         check_ipvs_scheduler(snap, c, config),
         check_strict_arp(snap, config),
+        check_ipvs_deprecation(snap),
     ]
 
 

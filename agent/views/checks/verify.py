@@ -20,6 +20,7 @@ from agent.views.checks.common import (
     _check,
     _listed,
 )
+from agent.views.checks.upstream import check_ip_forward
 
 
 @dataclass(frozen=True)
@@ -156,4 +157,5 @@ def verify(
         check_kube_ipvs0_gone(snap),
         check_nftables_sync(snap, c, now, max_sync_age),
         check_probe(probe),
+        check_ip_forward(snap),
     ]
