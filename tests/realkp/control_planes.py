@@ -28,15 +28,15 @@ from pathlib import Path
 from tests.control_plane import KUBE_PROXY, SERVICE_CIDRS, ControlPlane, ControlPlaneError
 from tests.realkp.cluster import API_PORT
 from tests.realkp.node import NodeNet
-from tests.realkp.nodes import NODES, SOLO
+from tests.realkp.nodes import NEWEST, NODES, SOLO
 
 
-def _start(net: NodeNet, out: Path) -> ControlPlane:
+def _start(net: NodeNet, version: str, out: Path) -> ControlPlane:
     cp = ControlPlane(
         out / "work" / net.ns,
         advertise_address=net.peer,
         apiserver_flags=("--endpoint-reconciler-type=none",),
-        version=spec.apiserver,
+        version=version,
         # a single-stack IPv6 cluster's Services are IPv6 only
         service_cidrs=SERVICE_CIDRS if net.ipv4 else (SERVICE_CIDRS[1],),
     )
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     # until the end: the programs die with the thread that started them (PR_SET_PDEATHSIG).
     pool = ThreadPoolExecutor(2)
     try:
-        nets = [spec.net for spec in NODES] + list(SOLO)
-        futures = [pool.submit(_start, net, out) for net in nets]
+        nets = [(spec.net, spec.apiserver) for spec in NODES] + [(net, NEWEST) for net in SOLO]
+        futures = [pool.submit(_start, net, version, out) for net, version in nets]
         for f in futures:
             with contextlib.suppress(ControlPlaneError, RuntimeError):
                 planes.append(f.result())
