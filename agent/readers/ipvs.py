@@ -53,6 +53,7 @@ from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
     NLA_HEADER,
     NLA_KIND,
+    DumpInterrupted,
     GenericNetlink,
     NetlinkError,
     attrs,
@@ -414,6 +415,7 @@ def _read() -> tuple[IpvsService, ...]:
         }
         # read after the service dump: a service added in between is dumped below
         counts = read_proc_dest_counts()
+        _check_dump(found, counts)
         for svc in found:
             count = counts.get(proc_key(svc))
             dests: Sequence[IpvsDest]
@@ -426,6 +428,21 @@ def _read() -> tuple[IpvsService, ...]:
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
             object.__setattr__(svc, "dests", dests)
     return tuple(found)
+
+
+def _check_dump(found: Sequence[IpvsService], listed: dict[ProcKey, int]) -> None:
+    """Refuse a service dump that skipped or repeated a service. The kernel resumes each part
+    of the dump by position in one table of every namespace's services
+    (ip_vs_genl_dump_services) and never sets NLM_F_DUMP_INTR: a service added or removed in
+    any namespace between two parts shifts the position, and this namespace's dump misses one
+    or lists one twice without a word. /proc/net/ip_vs, read after the dump, counts only this
+    namespace: a service it lists that the dump lacks was skipped (or is new), so read again."""
+    dumped = {(svc.family, proc_key(svc)) for svc in found}
+    if len(dumped) != len(found):
+        raise DumpInterrupted("the IPVS service dump listed a virtual server twice")
+    keys = {key for _, key in dumped}
+    if any(key not in keys for key in listed):
+        raise DumpInterrupted("the IPVS service dump missed a virtual server /proc/net/ip_vs lists")
 
 
 def _read_summary() -> tuple[IpvsService, ...]:
