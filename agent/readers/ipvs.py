@@ -203,22 +203,38 @@ def _proc_blocks(lines: Iterable[str]) -> Iterator[tuple[list[str], list[str]]]:
         yield service, dests
 
 
-def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
-    """Real servers per virtual server in /proc/net/ip_vs: keyed by (protocol, address,
-    port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6 fwmark service with one
-    mark) is left out: the caller asks netlink for those."""
-    counts: dict[ProcKey, int] = {}
+# A virtual server's real servers as /proc/net/ip_vs counts them: how many, and the
+# connections through them (ActiveConn, InActConn summed)
+Tally = tuple[int, int, int]
+
+
+def _conns(dests: list[str]) -> tuple[int, int]:
+    """ActiveConn and InActConn summed over real-server lines (a short line counts none)."""
+    rows = [words for line in dests if len(words := line.split()) >= 6]
+    return sum(int(w[4]) for w in rows), sum(int(w[5]) for w in rows)
+
+
+def proc_tally(lines: Iterable[str]) -> dict[ProcKey, Tally]:
+    """Real servers and their connections per virtual server in /proc/net/ip_vs: keyed by
+    (protocol, address, port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6
+    fwmark service with one mark) is left out: the caller asks netlink for those."""
+    tally: dict[ProcKey, Tally] = {}
     twice: set[ProcKey] = set()
     for words, dests in _proc_blocks(lines):
         key = _proc_service_key(words)
         if key is None:
             continue
-        if key in counts:
+        if key in tally:
             twice.add(key)
-        counts[key] = len(dests)
+        tally[key] = (len(dests), *_conns(dests))
     for key in twice:
-        del counts[key]
-    return counts
+        del tally[key]
+    return tally
+
+
+def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
+    """Real servers per virtual server in /proc/net/ip_vs (proc_tally's first number)."""
+    return {key: t[0] for key, t in proc_tally(lines).items()}
 
 
 # ip_vs_fwd_name(): what /proc/net/ip_vs calls each forwarding method (bypass reads "Masq")
@@ -318,7 +334,11 @@ def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] |
         flags = _F_HASHED | (_F_PERSISTENT if "persistent" in words else 0)
         flags |= _F_ONEPACKET if "ops" in words else 0
         family: IpVersion = 6 if ":" in address else 4
-        services.append(IpvsService(family, protocol, address, port, None, words[2], flags, 0))
+        svc = IpvsService(family, protocol, address, port, None, words[2], flags, 0)
+        active, inactive = _conns(dests)
+        object.__setattr__(svc, "active_conns", active)
+        object.__setattr__(svc, "inactive_conns", inactive)
+        services.append(svc)
         counts.append(len(dests))
     return services, counts
 
@@ -332,15 +352,27 @@ def read_proc_dests() -> dict[ProcKey, tuple[IpvsDest, ...]]:
         return {}
 
 
-def read_proc_dest_counts() -> dict[ProcKey, int]:
-    """proc_dest_counts of the node now; {} when the file cannot be read or parsed. The file
-    is parsed line by line as it is read: at 20,000 Services, its text and its list of lines
+def read_proc_tally() -> dict[ProcKey, Tally]:
+    """proc_tally of the node now; {} when the file cannot be read or parsed. The file is
+    parsed line by line as it is read: at 20,000 Services, its text and its list of lines
     held at once were 20 MB of serve's peak memory, a third of it."""
     try:
         with open(PROC_IPVS) as lines:
-            return proc_dest_counts(lines)
+            return proc_tally(lines)
     except (OSError, ValueError):
         return {}
+
+
+def read_proc_dest_counts() -> dict[ProcKey, int]:  # read_proc_tally's first numbers
+    return {key: t[0] for key, t in read_proc_tally().items()}
+
+
+def read_connections() -> dict[ProcKey, tuple[int, int]]:
+    """The active and inactive connections of every virtual server /proc/net/ip_vs lists,
+    read again (the cleanup's wait for them to drain). OSError or ValueError when the file
+    cannot be read or parsed: an unknown count is never taken for none."""
+    with open(PROC_IPVS) as lines:
+        return {key: (t[1], t[2]) for key, t in proc_tally(lines).items()}
 
 
 def proc_key(svc: IpvsService) -> ProcKey:
@@ -413,18 +445,23 @@ def _read() -> tuple[IpvsService, ...]:
             6: functools.partial(parse_dest, service_family=socket.AF_INET6),
         }
         # read after the service dump: a service added in between is dumped below
-        counts = read_proc_dest_counts()
+        tally = read_proc_tally()
         for svc in found:
-            count = counts.get(proc_key(svc))
+            counted = tally.get(proc_key(svc))
             dests: Sequence[IpvsDest]
-            if count is not None:
-                dests = CountedDests(count)
+            if counted is not None:
+                dests = CountedDests(counted[0])
+                active, inactive = counted[1], counted[2]
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
                 dests = LazyDests(raw, decode[svc.family])
+                active = sum(d.active_conns for d in dests)
+                inactive = sum(d.inactive_conns for d in dests)
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
             object.__setattr__(svc, "dests", dests)
+            object.__setattr__(svc, "active_conns", active)
+            object.__setattr__(svc, "inactive_conns", inactive)
     return tuple(found)
 
 

@@ -39,11 +39,16 @@ def _chain_rows(
     return rows, len(c.of(RuleRef, owner))
 
 
-def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, int]:
+def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, Any]:
     services = [f.obj for f in findings]
     return {
         "ipvs_virtual_servers": len(services),
         "ipvs_real_servers": sum(len(s.dests) for s in services),
+        # what deleting them would cut (docs/contract.md#live-connections)
+        "ipvs_connections": {
+            "active": sum(s.active_conns for s in services),
+            "inactive": sum(s.inactive_conns for s in services),
+        },
     }
 
 
@@ -194,6 +199,9 @@ def _summary(doc: dict[str, Any]) -> list[str]:
         f"  IPVS: {left['ipvs_virtual_servers']} virtual servers, "
         f"{left['ipvs_real_servers']} real servers "
         f"(foreign: {foreign['ipvs_virtual_servers']} / {foreign['ipvs_real_servers']})",
+        f"  IPVS connections: {left['ipvs_connections']['active']} active, "
+        f"{left['ipvs_connections']['inactive']} inactive (foreign: "
+        f"{foreign['ipvs_connections']['active']} / {foreign['ipvs_connections']['inactive']})",
         f"  kube-ipvs0: {link_text}",
         f"  ipsets: {left['ipsets']['ipv4']} IPv4 + {left['ipsets']['ipv6']} IPv6 sets, "
         f"{left['ipset_entries']['ipv4']} + {left['ipset_entries']['ipv6']} entries",
