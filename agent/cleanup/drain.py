@@ -44,16 +44,21 @@ class Connections:
         return len(self.busiest)
 
     def describe(self) -> str:
-        """`3 active (1 inactive) through 2 virtual servers: TCP 10.96.0.10:80 (2), ...`"""
-        text = f"{self.active} active ({self.inactive} inactive) connections"
+        """`3 active connections (1 inactive) through 2 virtual servers: TCP 10.96.0.10:80 (2),
+        TCP 10.96.0.11:443 (1)`: the busiest named, at most SHOWN."""
+        text = f"{_count(self.active, 'active connection')} ({self.inactive} inactive)"
         if not self.busiest:
             return text
         shown = ", ".join(f"{name} ({n})" for name, n in self.busiest[:SHOWN])
         more = f" and {self.services - SHOWN} more" if self.services > SHOWN else ""
-        return f"{text} through {self.services} virtual servers: {shown}{more}"
+        return f"{text} through {_count(self.services, 'virtual server')}: {shown}{more}"
 
     def as_json(self) -> dict[str, int]:
         return {"active": self.active, "inactive": self.inactive}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def tally(counts: Iterable[tuple[str, int, int]]) -> Connections:
@@ -74,11 +79,11 @@ def of_plan(plan: Plan) -> Connections:
 
 def reread(
     services: list[IpvsService],
-    read: Callable[[], Mapping[ipvs.ProcKey, tuple[int, int]]] = ipvs.read_connections,
+    read: Callable[[], Mapping[ipvs.ProcKey, tuple[int, int]]] | None = None,
 ) -> Connections:
-    """The same virtual servers' connections read again; one no longer listed has none (it is
-    gone, and its connections with it)."""
-    now = read()
+    """The same virtual servers' connections read again (by default from /proc/net/ip_vs);
+    one no longer listed has none (it is gone, and its connections with it)."""
+    now = (read or ipvs.read_connections)()
     rows = []
     for s in services:
         active, inactive = now.get(ipvs.proc_key(s), (0, 0))

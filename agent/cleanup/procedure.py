@@ -190,7 +190,7 @@ def _drain(plan: Plan, settings: Settings, say: Callable[[str], None], stop: Sto
     if done.connections.active and not settings.cut_connections:
         raise _live(
             done.connections,
-            f"still open after {done.waited:.0f}s (--drain-timeout {settings.drain_timeout:g})",
+            f"still open after waiting {settings.drain_timeout:g}s (--drain-timeout)",
         )
     if first.active:
         say(f"connections after {done.waited:.1f}s: {done.connections.describe()}")
