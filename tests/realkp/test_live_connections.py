@@ -19,12 +19,15 @@ plan.json in the bundle), and the connection is gone.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -92,13 +95,19 @@ def echoes(conn: socket.socket, timeout: float = 10.0) -> bool:
         return False
 
 
-def _wait(what: str, ready: Callable[[], bool], timeout: float = 600.0) -> None:
+def _wait(what: str, ready: Callable[[], bool], kp: KubeProxy, timeout: float = 900.0) -> None:
+    """Until `ready`; gives up with what the last poll saw and the end of kube-proxy's log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ready():
             return
         time.sleep(3)
-    raise AssertionError(f"{what} not reached within {timeout}s")
+    ipvs = ns_run(NET.ns, "ipvsadm", "-S", "-n", check=False)
+    sets = ns_run(NET.ns, "ipset", "list", "-n", check=False).split()
+    raise AssertionError(
+        f"{what} not reached within {timeout}s; kube-proxy: {kp.last_seen}; IPVS: {ipvs!r}; "
+        f"sets: {sets}; its log: {kp.tail(4000)}"
+    )
 
 
 @dataclass
@@ -152,13 +161,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     conn: socket.socket | None = None
     try:
         kp.start("ipvs")
-        _wait("ipvs mode's virtual servers", lambda: kp.synced() and _programmed(ns))
+        _wait("ipvs mode's virtual servers", lambda: kp.synced() and _programmed(ns), kp)
         timings["ipvs mode"] = time.monotonic() - t0
         conn = in_netns(ns, lambda: socket.create_connection(("10.96.7.7", 5432), timeout=10))
         assert echoes(conn), "the connection through IPVS does not echo"
         kp.stop()
         kp.start("nftables", modprobe=False)
-        _wait("nftables mode", kp.synced)
+        _wait("nftables mode", kp.synced, kp)
         timings["nftables mode"] = time.monotonic() - t0
         assert echoes(conn), "the connection did not survive the move to nftables mode"
         ipvs_active = ns_run(ns, "cat", "/proc/net/ip_vs")
@@ -201,6 +210,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     finally:
         timings["total"] = time.monotonic() - t0
         print(f"live connections: {timings}")
+        out = Path(os.environ.get("VM_OUT", "/tmp")) / "realkp-live-connections"
+        out.mkdir(parents=True, exist_ok=True)
+        for log in work.glob("*.log"):  # kube-proxy's, for a failure's post-mortem
+            shutil.copy(log, out / log.name)
         if conn is not None:
             conn.close()
         kp.stop()
