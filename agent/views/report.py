@@ -39,16 +39,19 @@ def _chain_rows(
     return rows, len(c.of(RuleRef, owner))
 
 
-def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, Any]:
+def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, int]:
     services = [f.obj for f in findings]
     return {
         "ipvs_virtual_servers": len(services),
         "ipvs_real_servers": sum(len(s.dests) for s in services),
-        # what deleting them would cut (docs/contract.md#live-connections)
-        "ipvs_connections": {
-            "active": sum(s.active_conns for s in services),
-            "inactive": sum(s.inactive_conns for s in services),
-        },
+    }
+
+
+def _connections(findings: list[Finding[IpvsService]]) -> dict[str, int]:
+    """What deleting these virtual servers would cut (docs/contract.md#live-connections)."""
+    return {
+        "active": sum(f.obj.active_conns for f in findings),
+        "inactive": sum(f.obj.inactive_conns for f in findings),
     }
 
 
@@ -101,6 +104,10 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
         },
         "leftovers": _leftovers(snap, c),
         "foreign": _ipvs_counts(c.of(IpvsService, Owner.FOREIGN)),
+        "ipvs_connections": {
+            "leftovers": _connections(c.of(IpvsService, Owner.IPVS_LEFTOVER)),
+            "foreign": _connections(c.of(IpvsService, Owner.FOREIGN)),
+        },
         # kube-proxy iptables mode's chains (docs/contract.md#ownership), apart from the
         # ipvs-mode counts above
         "iptables_leftovers": {"chains": ipt_chains, "jump_rules": ipt_jumps},
@@ -187,6 +194,7 @@ def _describe(f: AnyFinding) -> str:
 
 def _summary(doc: dict[str, Any]) -> list[str]:
     left, foreign, ipt = doc["leftovers"], doc["foreign"], doc["iptables_leftovers"]
+    conns = doc["ipvs_connections"]
     link = left["kube_ipvs0"]
     link_text = (
         f"{link['kind']} {'UP' if link['up'] else 'DOWN'} with {link['addresses']['ipv4']} IPv4 "
@@ -199,9 +207,9 @@ def _summary(doc: dict[str, Any]) -> list[str]:
         f"  IPVS: {left['ipvs_virtual_servers']} virtual servers, "
         f"{left['ipvs_real_servers']} real servers "
         f"(foreign: {foreign['ipvs_virtual_servers']} / {foreign['ipvs_real_servers']})",
-        f"  IPVS connections: {left['ipvs_connections']['active']} active, "
-        f"{left['ipvs_connections']['inactive']} inactive (foreign: "
-        f"{foreign['ipvs_connections']['active']} / {foreign['ipvs_connections']['inactive']})",
+        f"  IPVS connections: {conns['leftovers']['active']} active, "
+        f"{conns['leftovers']['inactive']} inactive (foreign: "
+        f"{conns['foreign']['active']} / {conns['foreign']['inactive']})",
         f"  kube-ipvs0: {link_text}",
         f"  ipsets: {left['ipsets']['ipv4']} IPv4 + {left['ipsets']['ipv6']} IPv6 sets, "
         f"{left['ipset_entries']['ipv4']} + {left['ipset_entries']['ipv6']} entries",

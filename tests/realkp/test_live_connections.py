@@ -257,8 +257,10 @@ def test_the_plan_audit_and_metrics_show_the_connection(run: Run) -> None:
         "while any is open"
     ) in out, out
     doc = run.audit.json()
-    assert doc["leftovers"]["ipvs_connections"] == {"active": 1, "inactive": 0}
-    assert doc["foreign"]["ipvs_connections"] == {"active": 0, "inactive": 0}
+    assert doc["ipvs_connections"] == {
+        "leftovers": {"active": 1, "inactive": 0},
+        "foreign": {"active": 0, "inactive": 0},
+    }
     assert 'ipvs_leftovers_ipvs_connections{class="kube-proxy",state="active"} 1.0' in run.textfile
 
 

@@ -290,3 +290,21 @@ def test_autocleanup_exports_what_its_last_run_cut(tmp_path: Path) -> None:
     auto.last = procedure.Result(0, plan_of(), cut=drain.Connections(2, 1))
     (fam,) = [f for f in auto.metrics() if f.name == "ipvs_leftovers_cleanup_connections_cut"]
     assert {s.labels["state"]: s.value for s in fam.samples} == {"active": 2, "inactive": 1}
+
+
+def test_audit_counts_the_connections_apart_from_the_objects() -> None:
+    """A key of its own: `leftovers` and `foreign` keep their shape (schema 1)."""
+    from agent.views.report import document, render
+
+    foreign = svc("192.168.100.100", 80, 7, 2)
+    snap = snapshot(ipvs=(svc("10.96.7.7", 5432, 3, 1), foreign), ipsets=(CLUSTER_IP,))
+    c = classify(snap, NOW)
+    doc = document(snap, c)
+    assert doc["ipvs_connections"] == {
+        "leftovers": {"active": 3, "inactive": 1},
+        "foreign": {"active": 7, "inactive": 2},
+    }
+    assert doc["foreign"] == {"ipvs_virtual_servers": 1, "ipvs_real_servers": 1}
+    assert (
+        "  IPVS connections: 3 active, 1 inactive (foreign: 7 / 2)" in render(snap, c).splitlines()
+    )
