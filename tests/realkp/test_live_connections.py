@@ -14,6 +14,10 @@ a control plane of its own on the host would cost the tier a start for one Servi
 count, and the node is as it was (every object the standard CLIs list, the connection still
 echoing); with `--cut-connections` it proceeds, says it cut 1 active connection (its output,
 plan.json in the bundle), and the connection is gone.
+
+Its cost to the tier, measured alone in one boot at host load 10-15: 419 s (ipvs mode programmed
+168 s after the node was made; the fake API server serves no ServiceCIDRs, which v1.37's
+informer retries while the IPv6 proxier waits; the refused cleanup 36 s).
 """
 
 from __future__ import annotations
