@@ -16,8 +16,9 @@ echoing); with `--cut-connections` it proceeds, says it cut 1 active connection 
 plan.json in the bundle), and the connection is gone.
 
 Its cost to the tier, measured alone in one boot at host load 10-15: 419 s (ipvs mode programmed
-168 s after the node was made; the fake API server serves no ServiceCIDRs, which v1.37's
-informer retries while the IPv6 proxier waits; the refused cleanup 36 s).
+168 s after the node was made, the refused cleanup 36 s); at load 30-60, 1,404 s. The fake API
+server serves no ServiceCIDRs (kube-proxy v1.37 logs its failed list every few seconds); a real
+control plane (tests/realkp/control_planes.py) may start ipvs mode sooner: not measured.
 """
 
 from __future__ import annotations
