@@ -28,9 +28,11 @@ def churning(netns: Callable[[], str]) -> Iterator[str]:
     """A namespace whose IPVS table changes all the time, as other nodes' do in the lab."""
     subprocess.run(["modprobe", "-a", "ip_vs", "ip_vs_rr"], check=True)
     ns = netns()
+    # One long-lived `ipvsadm -R` fed a steady stream of adds and deletes: changes at any
+    # moment, thousands a second (a process per change met a dump once in 300 reads).
     loop = (
-        "while :; do for i in $(seq 1 40); do ipvsadm -A -t 10.99.0.$i:80 -s rr; done; "
-        "ipvsadm -C; done"
+        "while :; do for i in $(seq 1 40); do "
+        "echo -A -t 10.99.0.$i:80 -s rr; echo -D -t 10.99.0.$i:80; done; done | ipvsadm -R"
     )
     proc = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", loop])
     try:
