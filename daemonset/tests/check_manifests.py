@@ -205,7 +205,7 @@ def check_daemonset(ds: dict[str, Any], problems: Problems) -> dict[str, Any]:
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
     if ports.get("metrics") != 9437:
         problems.add(w, "needs the container port metrics: 9437")
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = c.get(probe, {}).get("httpGet", {})
         if get.get("path") != "/healthz" or get.get("port") not in ("metrics", 9437):
             problems.add(w, f"{probe} must be httpGet /healthz on the metrics port")

@@ -124,10 +124,9 @@ def _ready_since(pod: dict[str, Any]) -> str:
 
 def test_pod_running_ready_probes_pass_no_restart(node: Node, installed: dict[str, Any]) -> None:
     """Running and Ready, and still so past two liveness periods; no probe failed once the pod
-    was Ready, no restart. Probe failures before the first Ready are recorded, not failed: the
-    DaemonSet has no startupProbe, and a Python start under software emulation outlasts the
-    first readiness and liveness periods (docs/install.md); fewer than the liveness
-    failureThreshold, or the kubelet would have restarted it (restartCount 0 below)."""
+    was Ready, no restart. Probe failures before the first Ready are recorded, not failed: a
+    Python start under software emulation outlasts several periods of the startupProbe, which
+    holds liveness and readiness back until the agent first answers (docs/install.md)."""
     ready_at = _ready_since(installed["pod"])
     time.sleep(45)  # past two liveness periods (20 s)
     pod = _pod(node)

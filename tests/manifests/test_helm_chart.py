@@ -305,7 +305,7 @@ def test_tls_secret_and_scrape_annotations(hv: str, tmp_path: Path) -> None:
     assert {"name": "tls", "secret": {"secretName": "agent-tls", "defaultMode": 0o400}} in pod[
         "spec"
     ]["volumes"]
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"]["scheme"] == "HTTPS"
     assert pod["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
