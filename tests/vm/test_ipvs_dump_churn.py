@@ -11,6 +11,8 @@ of a node's 32 virtual servers while other nodes' kube-proxies were changing the
 from __future__ import annotations
 
 import ast
+import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 
@@ -34,11 +36,13 @@ def churning(netns: Callable[[], str]) -> Iterator[str]:
         "while :; do for i in $(seq 1 40); do "
         "echo -A -t 10.99.0.$i:80 -s rr; echo -D -t 10.99.0.$i:80; done; done | ipvsadm -R"
     )
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", loop])
+    # its own process group: killing the shell alone left the pipeline's two children
+    # changing IPVS through every later test
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", loop], start_new_session=True)
     try:
         yield ns
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
