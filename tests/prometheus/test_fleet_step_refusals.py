@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.upstream]
 NS = "ipvs-leftovers"
 NOW = float(int(time.time()))
 NODES = ["a1", "a2", "a3"]
-ARGS = ["--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m", "--ignore-alerts", ".*"]
+ARGS = ["--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m", "--alert-filter-regexp", ".*"]
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +314,7 @@ def test_a_lease_taken_by_another_step_while_this_one_reads_creates_nothing(
     options = Options(
         params=Params(3600.0, 120.0, 900.0),
         cluster="lab",
-        ignore_alerts=".*",
+        alert_filter=".*",
         namespace=None,
         apply=True,
     )
