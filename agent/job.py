@@ -72,8 +72,10 @@ def manifest(
     namespace: str = "ipvs-leftovers",
     apply: bool = False,
     active_deadline: int = ACTIVE_DEADLINE,
+    service_account: str = "ipvs-leftovers",
 ) -> dict[str, Any]:
-    """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse."""
+    """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse.
+    `service_account`: the agent's (fleet step takes it from the DaemonSet)."""
     validate(node, namespace)
     if not image.strip():
         raise InvalidName("--image", "the image must not be empty")
@@ -110,7 +112,7 @@ def manifest(
                     # A stop (the deadline, `kubectl delete`) ends the step under way and undoes
                     # the cleanup: the time that takes on a large node (docs/operations.md)
                     "terminationGracePeriodSeconds": STOP_GRACE,
-                    "serviceAccountName": "ipvs-leftovers",
+                    "serviceAccountName": service_account,
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "tolerations": [{"operator": "Exists"}],

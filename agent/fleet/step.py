@@ -258,7 +258,7 @@ def step(prom: Prometheus, api: Any, o: Options, now: float) -> Outcome:
     if o.apply:
         lease, size = _take_lease(k, ns, o)
     try:
-        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds.image, lines, size, lease)
+        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds, lines, size, lease)
     except Refusal as exc:
         if lease is not None and not str(exc).startswith(f"Lease {ns}/"):
             # any pause or halt: the next wave is 1 again
@@ -272,7 +272,7 @@ def _step(
     o: Options,
     now: float,
     agent: AgentPods,
-    image: str,
+    ds: kube.AgentDaemonSet,
     lines: list[str],
     size: int,
     lease: dict[str, Any] | None,
@@ -302,7 +302,7 @@ def _step(
             _release(k, ns, o, lease, size)
         return Outcome(wave, [], lines, k.calls, reading.queries)
     wave += 1
-    bodies = _wave_jobs(chosen, image, ns, o, wave)
+    bodies = _wave_jobs(chosen, ds, o, wave)
     if outside(o, _now().timestamp()):
         # reading the fleet can take minutes: a window that closed meanwhile creates nothing
         lines.append(f"the maintenance window ({o.window}) closed while this step read the "
@@ -425,12 +425,13 @@ def _unfinished(
 
 
 def _wave_jobs(
-    chosen: list[str], image: str, ns: str, o: Options, wave: int
+    chosen: list[str], ds: kube.AgentDaemonSet, o: Options, wave: int
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Each chosen node's cleanup Job, labelled as the fleet's and annotated with its wave."""
+    """Each chosen node's cleanup Job (the agent's image and ServiceAccount), labelled as the
+    fleet's and annotated with its wave."""
     bodies = []
     for node in chosen:
-        job = manifest(node, image, ns, apply=True)
+        job = manifest(node, ds.image, ds.namespace, apply=True, service_account=ds.service_account)
         job["metadata"]["labels"][FLEET_LABEL] = o.lease
         job["metadata"].setdefault("annotations", {})[WAVE_ANNOTATION] = str(wave)
         bodies.append((node, job))
