@@ -3,7 +3,8 @@
 The chart's fleet objects (fleet.enabled=true, rendered by the pinned Helm v4: ServiceAccount,
 Role, RoleBinding, ClusterRole, ClusterRoleBinding) are applied to the fleet lab's real
 kube-apiserver, whose audit log records every request of that ServiceAccount. `fleet step`
-runs with a token of that ServiceAccount and nothing more, with the CronJob's own arguments:
+runs with a token of that ServiceAccount and nothing more, with the chart's CronJob's own
+arguments (the lab's Prometheus as fleet.prometheus.url):
 a dry run, then `--apply` on a fresh Lease (it creates it), then `--apply` again (the Lease
 taken from the last holder). Both work (the wave's Job is created); and the set of
 (apiGroup, resource, verb) the audit log records for the ServiceAccount equals the set the
@@ -138,7 +139,7 @@ def test_the_step_runs_with_the_shipped_rbac_and_uses_every_grant_and_nothing_el
     lab: FleetLab,
 ) -> None:
     docs = render_fleet(lab.prom_url, lab.workdir / "helm")
-    assert sorted(d["kind"] for d in docs) == sorted(RBAC_KINDS)
+    assert sorted(d["kind"] for d in docs) == sorted([*RBAC_KINDS, "CronJob"])
     rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     lab.cp.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(d) for d in rbac))
     kubeconfig = sa_kubeconfig(lab)
@@ -150,23 +151,27 @@ def test_the_step_runs_with_the_shipped_rbac_and_uses_every_grant_and_nothing_el
         "-n", NAMESPACE, "patch", "daemonset", "ipvs-leftovers", "--type=merge",
         "-p", '{"spec": {"template": {"spec": {"serviceAccountName": "prod-ipvs-leftovers"}}}}',
     )  # fmt: skip
-    args = ["fleet", "step", "--prometheus-url", lab.prom_url, "--cluster", "lab",
-            "--namespace", NAMESPACE, "--lease", SA, "--hold-down", "1h", "--freshness", "1m",
-            "--json"]  # fmt: skip
+    [cron] = [d for d in docs if d["kind"] == "CronJob"]
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SA
+    # the CronJob's own arguments (--json only changes how the outcome is printed)
+    apply = [*pod["containers"][0]["args"], "--json"]
+    assert apply[:3] == ["fleet", "step", "--apply"] and f"--lease={SA}" in apply
+    args = [a for a in apply if a != "--apply"]
 
     code, out, err, rss_dry = run_step(lab, args, kubeconfig)  # the dry run: no Lease, no Job
     assert code == 0, err
     assert json.loads(out)["lines"] == ["would create wave 1: n1"]
     assert lab.jobs() == {}
 
-    code, out, err, rss_apply = run_step(lab, [*args, "--apply"], kubeconfig)  # makes the Lease
+    code, out, err, rss_apply = run_step(lab, apply, kubeconfig)  # makes the Lease
     assert code == 0, err
     assert json.loads(out)["created"] == ["n1"]
     [job] = lab.jobs().values()
     assert job["metadata"]["name"] == "ipvs-leftovers-cleanup-n1"
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "prod-ipvs-leftovers"
 
-    code, out, err, _ = run_step(lab, [*args, "--apply"], kubeconfig)  # takes the Lease it left
+    code, out, err, _ = run_step(lab, apply, kubeconfig)  # takes the Lease it left
     assert code == 0, err
 
     events = audited(lab)
