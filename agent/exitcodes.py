@@ -5,3 +5,6 @@ REMAINS = 1  # ipvs-mode objects present (audit) / something remains (cleanup) /
 USAGE = 2  # click's usage errors
 REFUSED = 3  # the gate (docs/contract.md#the-cleanup-gate) refused a cleanup
 ERROR = 4  # a source could not be read, or the agent may not read it
+# cleanup refused: connections still live through virtual servers it would delete (nothing
+# changed; docs/contract.md#live-connections)
+LIVE_CONNECTIONS = 5

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -66,22 +67,46 @@ def validate(node: str, namespace: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Drain:
+    """What the Job's cleanup does about live connections (docs/contract.md#live-connections):
+    None keeps the agent's own default wait; cutting is never the default."""
+
+    timeout: float | None = None
+    cut: bool = False
+
+    def check(self, active_deadline: int) -> None:
+        if self.timeout is not None and self.timeout >= active_deadline:
+            raise InvalidName(
+                "--drain-timeout",
+                f"{self.timeout:g}s is not shorter than the Job's --active-deadline "
+                f"({active_deadline}s): Kubernetes would stop the Job while it waits",
+            )
+
+    def args(self) -> list[str]:
+        out = [] if self.timeout is None else ["--drain-timeout", f"{self.timeout:g}s"]
+        return out + (["--cut-connections"] if self.cut else [])
+
+
 def manifest(
     node: str,
     image: str,
     namespace: str = "ipvs-leftovers",
     apply: bool = False,
     active_deadline: int = ACTIVE_DEADLINE,
+    drain: Drain = Drain(),
     service_account: str = "ipvs-leftovers",
 ) -> dict[str, Any]:
-    """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse.
-    `service_account`: the agent's (fleet step takes it from the DaemonSet)."""
+    """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse, or a
+    drain timeout the Job's deadline would cut short. `service_account`: the agent's (fleet
+    step takes it from the DaemonSet)."""
     validate(node, namespace)
     if not image.strip():
         raise InvalidName("--image", "the image must not be empty")
+    drain.check(active_deadline)
     args = ["cleanup", "--backup-dir", BACKUP_DIR, "--lock-file", f"{LOCK_DIR}/cleanup.lock"]
     if apply:
-        args.insert(1, "--apply")
+        args[1:1] = ["--apply", *drain.args()]
     name = fit(f"ipvs-leftovers-{'cleanup' if apply else 'plan'}-", node)
     labels = {
         "app.kubernetes.io/name": "ipvs-leftovers",
@@ -178,13 +203,15 @@ def render(
     namespace: str = "ipvs-leftovers",
     apply: bool = False,
     active_deadline: int = ACTIVE_DEADLINE,
+    drain: Drain = Drain(),
 ) -> str:
     """The Job as YAML, after a comment saying how it was made and how to watch it."""
-    job = manifest(node, image, namespace, apply, active_deadline)
+    job = manifest(node, image, namespace, apply, active_deadline, drain)
     what = "cleanup" if apply else "cleanup plan (no change)"
+    flags = " ".join(["--apply", *drain.args()]) if apply else ""
     header = (
         f"# One-shot ipvs-leftovers {what} on node {node}. Rendered by:\n"
-        f"#   ipvs-leftovers job-manifest --node {node}{' --apply' if apply else ''}\n"
+        f"#   ipvs-leftovers job-manifest --node {node}{' ' + flags if flags else ''}\n"
         f"# Watch it with: kubectl -n {namespace} logs -f job/{job['metadata']['name']}\n"
     )
     body: str = yaml.safe_dump(job, sort_keys=False, default_flow_style=False, width=1000)

@@ -18,6 +18,11 @@ KUBE_PROXY_HEALTHZ_URL = "http://127.0.0.1:10256/healthz"
 # kube-proxy's spelling of an IP family (core/v1 IPFamily): its /healthz "status" keys and its
 # sync metric's ip_family label. The readers convert it to the model's family (snapshot.Family).
 KUBE_PROXY_IP_FAMILIES = {"IPv4": "ipv4", "IPv6": "ipv6"}
+# The kubelet's default grace period (k8s.io/api core/v1 types.go,
+# DefaultTerminationGracePeriodSeconds): the seconds a removed Pod is given to finish its
+# connections. `cleanup --apply` gives the live connections of the Services ipvs mode left the
+# same before it refuses (--drain-timeout, docs/contract.md#live-connections).
+DEFAULT_TERMINATION_GRACE_SECONDS = 30
 # kube-proxy's program name, and hyperkube's subcommands that run it
 KUBE_PROXY_PROGRAM = "kube-proxy"
 HYPERKUBE = ("hyperkube", ("kube-proxy", "proxy"))

@@ -203,6 +203,11 @@ class IpvsService:
     # native u32), or an IPv6 prefix length; and the persistence engine (`--pe sip`)
     netmask: int = 0xFFFFFFFF
     pe_name: str = ""
+    # connections IPVS tracks through its real servers (summed), as read: active (an
+    # established TCP or SCTP connection) and inactive (closing, half-open, UDP). Not part
+    # of the service's identity or contents: two reads of an unchanged node differ in them.
+    active_conns: int = field(default=0, compare=False)
+    inactive_conns: int = field(default=0, compare=False)
 
     @property
     def key(self) -> str:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import time
+from pathlib import Path
 
 from lab import render
 from lab.model import Node, family_of
@@ -41,10 +46,39 @@ def create_netns(name: str) -> None:
 
 
 def delete_netns(name: str) -> None:
-    """Delete the namespace; a missing one is fine."""
-    existing = run(["ip", "netns", "list"]).split()
-    if name in existing:
-        run(["ip", "netns", "del", name])
+    """Delete the namespace; a missing one is fine.
+
+    A process left in it is killed first: the namespace lives on while one runs (a churn
+    loop killed by its shell's pid kept its pipeline's children changing IPVS through every
+    later test). Its IPVS table is flushed while it still exists: the kernel frees a dying
+    namespace's services later, one by one, in the one table every namespace shares, and
+    each removal shifts another namespace's service dump (ipvsadm's and the agent's) under
+    it."""
+    if name not in run(["ip", "netns", "list"]).split():
+        return
+    _kill_all(run(["ip", "netns", "pids", name]).split())
+    run(in_ns(name, "sh", "-c", "test ! -e /proc/net/ip_vs || ipvsadm -C"))
+    run(["ip", "netns", "del", name])
+
+
+def _kill_all(pids: list[str], timeout: float = 10.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(_running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            raise LabError(f"processes {' '.join(pids)} outlived SIGKILL for {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def _running(pid: str) -> bool:
+    """Not gone and not a zombie (a child of the test's own that nobody waited for yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def build(netns: str, node: Node) -> None:

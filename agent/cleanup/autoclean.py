@@ -325,3 +325,11 @@ class AutoCleanup:
             "Failed steps in the last auto-cleanup run",
             value=self.last.failures if self.last else 0,
         )
+        cut = GaugeMetricFamily(
+            PREFIX + "cleanup_connections_cut",
+            "Connections the last auto-cleanup run cut (an active one only with --cut-connections)",
+            labels=["state"],
+        )
+        cut.add_metric(["active"], self.last.cut.active if self.last else 0)
+        cut.add_metric(["inactive"], self.last.cut.inactive if self.last else 0)
+        yield cut

@@ -133,27 +133,38 @@ def _removes(s: Step) -> dict[str, Any]:
     return {"sysctl": name, "from": before, "to": after}
 
 
-def plan_document(plan: Plan) -> dict[str, Any]:
-    return {
+def _step(s: Step) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "phase": s.phase,
+        "action": s.action,
+        "target": s.target,
+        "evidence": list(s.evidence),
+        "removes": _removes(s),
+    }
+    if isinstance(s, DeleteService):  # as the plan's reading saw them (docs/bundle.md)
+        row["connections"] = {
+            "active": s.service.active_conns,
+            "inactive": s.service.inactive_conns,
+        }
+    return row
+
+
+def plan_document(plan: Plan, connections: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plan as plan.json holds it; `connections`: how the wait for them ended."""
+    doc: dict[str, Any] = {
         "agent_version": __version__,
-        "steps": [
-            {
-                "phase": s.phase,
-                "action": s.action,
-                "target": s.target,
-                "evidence": list(s.evidence),
-                "removes": _removes(s),
-            }
-            for s in plan.steps
-        ],
+        "steps": [_step(s) for s in plan.steps],
         "kept": [{"kind": k.kind, "name": k.name, "reason": k.reason} for k in plan.kept],
     }
+    if connections is not None:
+        doc["connections"] = connections
+    return doc
 
 
-def plan_json(plan: Plan) -> str:
+def plan_json(plan: Plan, connections: dict[str, Any] | None = None) -> str:
     """plan_document as JSON, one step per line: json's C encoder writes each line (indent=2
     runs the pure-Python encoder: 3.5 s of a 10,000-Service cleanup in the VM)."""
-    doc = plan_document(plan)
+    doc = plan_document(plan, connections)
     parts = []
     for key, value in doc.items():
         if isinstance(value, list):
@@ -164,11 +175,16 @@ def plan_json(plan: Plan) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
-def write_bundle(base: Path, plan: Plan, timeout: float = tools.DEFAULT_TIMEOUT) -> Path:
+def write_bundle(
+    base: Path,
+    plan: Plan,
+    timeout: float = tools.DEFAULT_TIMEOUT,
+    connections: dict[str, Any] | None = None,
+) -> Path:
     """Write the bundle whole (agent.cleanup.bundle: a partial folder renamed into place with its
     manifest); raises OSError or tools.ToolError, before anything has changed, and then leaves
     no folder behind."""
-    plan_text = plan_json(plan)
+    plan_text = plan_json(plan, connections)
     with bundle.writing(base, hashlib.sha256(plan_text.encode()).hexdigest()) as out:
         out.write("plan.json", plan_text)
         for name, text in _files(plan, timeout):

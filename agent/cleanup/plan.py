@@ -431,10 +431,17 @@ def make_plan(snap: Snapshot, c: Classification, reset_arp_sysctls: bool = False
 
 
 def describe(plan: Plan) -> list[str]:
+    """Each step with its evidence (and a virtual server's live connections), then what is
+    kept and why."""
     lines = []
     for i, s in enumerate(plan.steps, 1):
         lines.append(f"{i:3}. {s.action} {s.target}")
         lines += [f"       evidence: {e}" for e in s.evidence]
+        if isinstance(s, DeleteService):
+            v = s.service
+            lines.append(
+                f"       connections: {v.active_conns} active, {v.inactive_conns} inactive"
+            )
     for k in plan.kept:
         lines.append(f"  keep {k.kind} {k.name}: {k.reason}")
     return lines

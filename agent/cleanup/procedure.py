@@ -1,12 +1,13 @@
 """The `cleanup --apply` procedure (docs/contract.md#cleanup), shared by the command and
 serve's auto-cleanup.
 
-Order: plan -> lock -> gate -> backup -> gate, plan and content again (agent.cleanup.recheck)
--> execute -> re-audit. Until the executor starts nothing has changed, and every refusal says
-so. If a step fails, the executor stops and what the steps before it removed is put back from
-the bundle (restore's all-or-nothing replay, under the lock already held): the cleanup is
-applied whole or not at all. A stop (SIGTERM, SIGINT: agent.cleanup.stop) is the same: the step
-under way ends whole, then what was removed is put back, and no signal interrupts that.
+Order: plan -> lock -> gate -> the live connections drain (agent.cleanup.drain) -> backup ->
+gate, plan and content again (agent.cleanup.recheck), the connections once more -> execute ->
+re-audit. Until the executor starts nothing has changed, and every refusal says so. If a step
+fails, the executor stops and what the steps before it removed is put back from the bundle
+(restore's all-or-nothing replay, under the lock already held): the cleanup is applied whole
+or not at all. A stop (SIGTERM, SIGINT: agent.cleanup.stop) is the same: the step under way
+ends whole, then what was removed is put back, and no signal interrupts that.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent import exitcodes, gate
-from agent.cleanup import lock, recheck
+from agent.cleanup import drain, lock, recheck
 from agent.cleanup.backup import write_bundle
 from agent.cleanup.executor import Outcome, execute
 from agent.cleanup.hooks import NONE, Hooks
@@ -31,6 +32,13 @@ class Refused(Exception):
     """The gate or the lock said no; nothing was changed (exit 3)."""
 
     code = exitcodes.REFUSED
+
+
+class LiveConnections(Refused):
+    """Connections still go through virtual servers the plan deletes, after the wait; nothing
+    was changed (exit 5)."""
+
+    code = exitcodes.LIVE_CONNECTIONS
 
 
 class CleanupError(Exception):
@@ -50,6 +58,10 @@ class Settings:
     lock_file: Path
     reset_arp_sysctls: bool = False
     tool_timeout: float = tools.DEFAULT_TIMEOUT  # per netfilter tool run (backup, restore)
+    # seconds to wait for the active connections through the plan's virtual servers to end
+    # (0: no wait), and whether to cut those still there then instead of refusing
+    drain_timeout: float = drain.DEFAULT_TIMEOUT
+    cut_connections: bool = False
     hooks: Hooks = NONE  # only the tests set them (agent.cleanup.hooks)
 
 
@@ -62,6 +74,7 @@ class Result:
     bundle: Path | None = None
     finished_at: float = 0.0
     window: float = 0.0  # seconds from the first change to the last
+    cut: drain.Connections = drain.Connections()  # read right before the first change
 
     def removed_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -90,10 +103,16 @@ def plan_for(col: Collection, settings: Settings) -> Plan:
     return make_plan(col.snapshot, col.classification, settings.reset_arp_sysctls)
 
 
-def _backup(plan: Plan, settings: Settings) -> Path:
+def _backup(plan: Plan, settings: Settings, drained: drain.Drain) -> Path:
     """The bundle, written before any change; CleanupError (nothing changed) when it cannot be."""
+    connections = {
+        **drained.connections.as_json(),
+        "waited_seconds": round(drained.waited, 3),
+        "drain_timeout": settings.drain_timeout,
+        "cut_connections": settings.cut_connections,
+    }
     try:
-        return write_bundle(settings.backup_dir, plan, settings.tool_timeout)
+        return write_bundle(settings.backup_dir, plan, settings.tool_timeout, connections)
     except OSError as exc:  # a read-only or missing folder: no change has been made yet
         raise CleanupError(
             f"cannot write the backup under {settings.backup_dir} ({lock.reason(exc)}); point "
@@ -111,11 +130,11 @@ def _recheck(
     backed_up: dict[str, str],
     bundle: Path,
     first: Collection,
-) -> None:
+) -> Plan:
     """The gate again on a new reading (and kube-proxy's failed syncs since the `first`), and
     that reading against the backup, in content: the plan made from it against the one the
     bundle was written from, then the members and real servers it lists against the bundle's.
-    Refused (nothing changed) when either differs."""
+    Refused (nothing changed) when either differs. Returns the plan made from it."""
     refusal = gate.recheck_refusal(
         first.snapshot.kube_proxy, again.snapshot, again.classification.mode
     )
@@ -135,6 +154,47 @@ def _recheck(
             f"refused: the node changed since its backup was read ({changed}); run cleanup "
             "again (nothing was changed)"
         )
+    return now
+
+
+def _live(c: drain.Connections, why: str) -> LiveConnections:
+    return LiveConnections(
+        f"refused: {c.describe()} {why}; deleting a virtual server cuts the connections IPVS "
+        "tracks through it (ipvs mode set net.ipv4.vs.expire_nodest_conn=1); nothing was "
+        "changed; run again once they have closed, give a longer --drain-timeout, or pass "
+        "--cut-connections to cut them"
+    )
+
+
+def _drain(plan: Plan, settings: Settings, say: Callable[[str], None], stop: Stop) -> drain.Drain:
+    """Wait up to the drain timeout for the active connections through the plan's virtual
+    servers to end, reading their counts again each second; LiveConnections (nothing
+    changed) when some are still open and cutting them was not asked."""
+    first = drain.of_plan(plan)
+    services = drain.planned(plan)
+
+    def again() -> drain.Connections:
+        try:
+            return drain.reread(services)
+        except (OSError, ValueError) as exc:  # an unknown count is never taken for none
+            raise CleanupError(
+                f"cannot read the IPVS connections ({exc}); nothing was changed"
+            ) from exc
+
+    if first.active and settings.drain_timeout > 0:
+        say(
+            f"connections: {first.describe()}; waiting up to {settings.drain_timeout:g}s for "
+            "the active ones to close (--drain-timeout)"
+        )
+    done = drain.wait(first, again, settings.drain_timeout, stop.check)
+    if done.connections.active and not settings.cut_connections:
+        raise _live(
+            done.connections,
+            f"still open after waiting {settings.drain_timeout:g}s (--drain-timeout)",
+        )
+    if first.active:
+        say(f"connections after {done.waited:.1f}s: {done.connections.describe()}")
+    return done
 
 
 def _reporter(say: Callable[[str], None], settings: Settings) -> Callable[[Outcome], None]:
@@ -166,22 +226,29 @@ def _locked(
     say: Callable[[str], None],
     note: Callable[[str], None],
     stop: Stop,
-) -> tuple[Path, list[Outcome], float]:
-    """Gate, backup, re-check and execute, under the lock; raises before any change. Also
-    returns how long the node was half-cleaned: from the first change to the last."""
+) -> tuple[Path, list[Outcome], float, drain.Connections]:
+    """Gate, drain, backup, re-check and execute, under the lock; raises before any change.
+    Also returns how long the node was half-cleaned (from the first change to the last) and
+    the connections read right before the first change: those the deletes cut."""
     refusal = gate_refusal(col)
     if refusal:
         raise Refused(refusal)
+    drained = _drain(plan, settings, say, stop)
     backed_up = plan.contents()  # the bundle's iptables rules and link come from this plan
-    bundle = _backup(plan, settings)
+    bundle = _backup(plan, settings, drained)
     say(f"backup: {bundle}")
     stop.check()
     if settings.hooks.pause_before_execute:
         note("re-checking the gate")
         time.sleep(settings.hooks.pause_before_execute)
-    _recheck(collect(), settings, backed_up, bundle, col)
+    cut = drain.of_plan(_recheck(collect(), settings, backed_up, bundle, col))
+    if cut.active and not settings.cut_connections:
+        raise _live(cut, "opened while the backup was written")
     saved_sets = _saved_sets(bundle)
     stop.check()  # the last moment a stop changes nothing
+    if drain.planned(plan):
+        flag = " (--cut-connections)" if cut.active else ""
+        say(f"connections: cutting {cut.active} active, {cut.inactive} inactive{flag}")
     started = time.monotonic()
     outcomes = execute(
         plan.steps,
@@ -200,7 +267,7 @@ def _locked(
         _undo(bundle, settings, say, f"{stop.asked} received", why, stop, Interrupted)
     if stop.asked is not None:
         say(f"{stop.asked} came during the last step: the cleanup was completed, not undone")
-    return bundle, outcomes, time.monotonic() - started
+    return bundle, outcomes, time.monotonic() - started, cut
 
 
 def _saved_sets(bundle: Path) -> str | None:
@@ -283,7 +350,7 @@ def _apply(
                 say("nothing to remove")
                 code = exitcodes.REMAINS if col.classification.removable else exitcodes.OK
                 return Result(code, plan, finished_at=time.time())
-            bundle, outcomes, window = _locked(collect, settings, col, plan, say, note, stop)
+            bundle, outcomes, window, cut = _locked(collect, settings, col, plan, say, note, stop)
     except lock.LockError as exc:
         raise CleanupError(f"{exc}; nothing was changed") from exc
     say(f"changes: first to last in {window:.3f}s")
@@ -302,4 +369,6 @@ def _apply(
         code = exitcodes.ERROR
     else:
         code = exitcodes.REMAINS if remaining else exitcodes.OK
-    return Result(code, plan, outcomes, len(remaining), bundle, time.time(), window)
+    if cut.active or cut.inactive:
+        say(f"connections cut: {cut.active} active, {cut.inactive} inactive")
+    return Result(code, plan, outcomes, len(remaining), bundle, time.time(), window, cut)

@@ -9,7 +9,15 @@ import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT
+from agent.cli.options import (
+    BACKUP_DIR,
+    CUT_CONNECTIONS,
+    DRAIN_TIMEOUT,
+    LOCK_FILE,
+    MAX_SYNC_AGE,
+    TOOL_TIMEOUT,
+    Duration,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,13 +28,20 @@ if TYPE_CHECKING:
 
 def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) -> int:
     """`cleanup` without --apply: the plan, and what --apply would do; the exit code."""
-    from agent.cleanup import procedure
+    from agent.cleanup import drain, procedure
     from agent.cleanup.plan import describe
 
     plan = procedure.plan_for(col, settings)
     say(f"plan: {len(plan.steps)} steps, {len(plan.kept)} kept")
     for line in describe(plan):
         say(line)
+    live = drain.of_plan(plan)
+    if live.active:
+        then = "cut them" if settings.cut_connections else "refuse (exit 5) while any is open"
+        say(
+            f"connections: {live.describe()}; --apply would wait up to "
+            f"{settings.drain_timeout:g}s for them to close (--drain-timeout), then {then}"
+        )
     refusal = procedure.gate_refusal(col)
     say(
         f"--apply would be {refusal}"
@@ -47,6 +62,8 @@ def _show_plan(col: Collection, settings: Settings, say: Callable[[str], None]) 
 )
 @MAX_SYNC_AGE
 @TOOL_TIMEOUT
+@DRAIN_TIMEOUT
+@CUT_CONNECTIONS
 @click.pass_context
 def cleanup(
     ctx: click.Context,
@@ -56,12 +73,15 @@ def cleanup(
     reset_arp_sysctls: bool,
     max_sync_age: float,
     tool_timeout: float,
+    drain_timeout: float,
+    cut_connections: bool,
 ) -> None:
     """Remove exactly what ipvs mode left, only once nftables mode is confirmed
     (docs/contract.md#cleanup).
 
     Exit 0 clean afterwards, 1 something remains, 3 refused, 4 error, or stopped by SIGTERM or
-    SIGINT (the step under way ends, then every change is undone).
+    SIGINT (the step under way ends, then every change is undone), 5 refused: connections
+    still open through virtual servers it would delete after --drain-timeout.
     """
     from agent.cleanup import procedure
     from agent.cleanup.stop import Stop
@@ -126,6 +146,19 @@ def cleanup(
     "node's lock for ever).",
 )
 @click.option("--apply", "apply_", is_flag=True, help="A Job that cleans; without: plan only.")
+@click.option(
+    "--drain-timeout",
+    type=Duration(),
+    default=None,
+    help="The Job's cleanup --drain-timeout (shorter than --active-deadline). Default: "
+    "cleanup's own (the kubelet's default grace period).",
+)
+@click.option(
+    "--cut-connections",
+    is_flag=True,
+    help="The Job's cleanup cuts the connections still open after its drain timeout instead "
+    "of failing (exit 5).",
+)
 def job_manifest(
     node: str,
     image: str | None,
@@ -133,12 +166,17 @@ def job_manifest(
     kubeconfig: str | None,
     active_deadline: int,
     apply_: bool,
+    drain_timeout: float | None,
+    cut_connections: bool,
 ) -> None:
     """Print a one-shot cleanup Job pinned to NODE (kubectl apply -f -).
 
     The image and namespace are the running DaemonSet's unless --image is given: a Job never
     runs a placeholder image. Exit 4 when the DaemonSet cannot be read (one line: why)."""
-    from agent.job import InvalidName, render, validate
+    from agent.job import Drain, InvalidName, render, validate
+
+    if (drain_timeout is not None or cut_connections) and not apply_:
+        raise click.UsageError("--drain-timeout and --cut-connections go with --apply")
 
     try:
         validate(node, namespace or "ipvs-leftovers")
@@ -154,7 +192,8 @@ def job_manifest(
                     exitcodes.ERROR,
                 )
             image, namespace = ds.image, ds.namespace
-        job = render(node, image, namespace or "ipvs-leftovers", apply_, active_deadline)
+        drain = Drain(drain_timeout, cut_connections)
+        job = render(node, image, namespace or "ipvs-leftovers", apply_, active_deadline, drain)
     except InvalidName as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from exc
     click.echo(job, nl=False)

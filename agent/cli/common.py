@@ -78,6 +78,8 @@ def cleanup_settings(ctx: click.Context) -> Settings:
         lock_file=Path(params["lock_file"]),
         reset_arp_sysctls=bool(params.get("reset_arp_sysctls", False)),
         tool_timeout=float(params["tool_timeout"]),
+        drain_timeout=float(params["drain_timeout"]),
+        cut_connections=bool(params["cut_connections"]),
         hooks=hooks.ACTIVE,
     )
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from agent import names
 from agent.readers.tools import DEFAULT_TIMEOUT
 
 
@@ -83,4 +84,20 @@ LOCK_FILE = click.option(
     default="/run/ipvs-leftovers/cleanup.lock",
     show_default=True,
     help="One cleanup at a time on a node (the Job and the DaemonSet share it).",
+)
+DRAIN_TIMEOUT = click.option(
+    "--drain-timeout",
+    type=Duration(),
+    default=f"{names.DEFAULT_TERMINATION_GRACE_SECONDS}s",
+    show_default=True,
+    help="How long --apply waits for the active connections through the virtual servers it "
+    "deletes to close (their counts read again each second), then refuses (exit 5) unless "
+    "--cut-connections; 0: no wait. Default: the kubelet's default grace period.",
+)
+CUT_CONNECTIONS = click.option(
+    "--cut-connections",
+    is_flag=True,
+    help="Delete the virtual servers even with connections still open through them after "
+    "--drain-timeout: IPVS drops those connections (ipvs mode set "
+    "net.ipv4.vs.expire_nodest_conn=1); how many is said.",
 )

@@ -9,7 +9,16 @@ import click
 
 from agent import exitcodes
 from agent.cli import common
-from agent.cli.options import BACKUP_DIR, LOCK_FILE, MAX_SYNC_AGE, TOOL_TIMEOUT, Duration, Seconds
+from agent.cli.options import (
+    BACKUP_DIR,
+    CUT_CONNECTIONS,
+    DRAIN_TIMEOUT,
+    LOCK_FILE,
+    MAX_SYNC_AGE,
+    TOOL_TIMEOUT,
+    Duration,
+    Seconds,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -150,6 +159,8 @@ def _bind(host: str, port: int, registry: CollectorRegistry, tls: tuple[str, str
 @BACKUP_DIR
 @LOCK_FILE
 @TOOL_TIMEOUT
+@DRAIN_TIMEOUT
+@CUT_CONNECTIONS
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @MAX_SYNC_AGE
@@ -169,6 +180,8 @@ def serve(
     backup_dir: str,
     lock_file: str,
     tool_timeout: float,
+    drain_timeout: float,
+    cut_connections: bool,
 ) -> None:
     """Prometheus exporter: reads at scrape time, counts only, no mutation over HTTP."""
     import logging

@@ -11,13 +11,47 @@ from __future__ import annotations
 
 import errno
 import functools
-import itertools
 import socket
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Literal
+from collections.abc import Collection, Sequence
 
 from agent.readers._timing import Absent, timed
+from agent.readers.ipvs_proc import (
+    PROC_IPVS as PROC_IPVS,
+)
+from agent.readers.ipvs_proc import (
+    ProcKey as ProcKey,
+)
+from agent.readers.ipvs_proc import (
+    Tally as Tally,
+)
+from agent.readers.ipvs_proc import (
+    proc_dest_counts as proc_dest_counts,
+)
+from agent.readers.ipvs_proc import (
+    proc_dests as proc_dests,
+)
+from agent.readers.ipvs_proc import (
+    proc_key as proc_key,
+)
+from agent.readers.ipvs_proc import (
+    proc_services as proc_services,
+)
+from agent.readers.ipvs_proc import (
+    proc_tally as proc_tally,
+)
+from agent.readers.ipvs_proc import (
+    read_connections as read_connections,
+)
+from agent.readers.ipvs_proc import (
+    read_proc_dest_counts as read_proc_dest_counts,
+)
+from agent.readers.ipvs_proc import (
+    read_proc_dests as read_proc_dests,
+)
+from agent.readers.ipvs_proc import (
+    read_proc_tally as read_proc_tally,
+)
 from agent.readers.ipvs_wire import (
     ATTR_DEST,
     ATTR_SERVICE,
@@ -53,6 +87,7 @@ from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
     NLA_HEADER,
     NLA_KIND,
+    DumpInterrupted,
     GenericNetlink,
     NetlinkError,
     attrs,
@@ -61,9 +96,7 @@ from agent.readers.netlink import (
 )
 from agent.snapshot import (
     CountedDests,
-    IpVersion,
     IpvsDest,
-    IpvsProtocol,
     IpvsService,
     LazyDests,
     Reading,
@@ -169,187 +202,6 @@ def parse_dest(payload: memoryview, service_family: int) -> IpvsDest:
     )
 
 
-PROC_IPVS = "/proc/net/ip_vs"
-ProcKey = tuple[IpvsProtocol | int, str, int] | tuple[Literal["FWM"], int]
-# ip_vs_proto_name(): how /proc/net/ip_vs names a virtual server's protocol; any other is
-# printed IP_<number>
-_PROC_PROTOCOLS: dict[str, IpvsProtocol | int] = {
-    **{name: name for name in PROTOCOLS.values()},
-    **{"IP": 0, "ICMP": 1, "IPIP": 4, "GRE": 47, "ICMPv6": 58},
-}
-
-
-def _proc_protocol(word: str) -> IpvsProtocol | int | None:
-    """The model's protocol for /proc's name; None for a word the kernel does not print."""
-    if word.startswith("IP_") and word[3:].isdigit():
-        return int(word[3:])
-    return _PROC_PROTOCOLS.get(word)
-
-
-def _proc_blocks(lines: Iterable[str]) -> Iterator[tuple[list[str], list[str]]]:
-    """Each virtual server /proc/net/ip_vs lists (ip_vs_info_seq_show): the words of its line,
-    and its real servers' lines as they are. Read as the lines come, one service at a time."""
-    service: list[str] | None = None
-    dests: list[str] = []
-    for line in itertools.islice(lines, 3, None):  # version, and two header lines
-        if line.startswith("  ->"):
-            if service is not None:
-                dests.append(line)
-            continue
-        if service is not None:
-            yield service, dests
-        service, dests = line.split(), []
-    if service is not None:
-        yield service, dests
-
-
-def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
-    """Real servers per virtual server in /proc/net/ip_vs: keyed by (protocol, address,
-    port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6 fwmark service with one
-    mark) is left out: the caller asks netlink for those."""
-    counts: dict[ProcKey, int] = {}
-    twice: set[ProcKey] = set()
-    for words, dests in _proc_blocks(lines):
-        key = _proc_service_key(words)
-        if key is None:
-            continue
-        if key in counts:
-            twice.add(key)
-        counts[key] = len(dests)
-    for key in twice:
-        del counts[key]
-    return counts
-
-
-# ip_vs_fwd_name(): what /proc/net/ip_vs calls each forwarding method (bypass reads "Masq")
-_PROC_FORWARD = {"Masq": "masq", "Local": "local", "Route": "route"}
-
-
-def proc_dests(lines: Iterable[str]) -> dict[ProcKey, tuple[IpvsDest, ...]]:
-    """Each virtual server's real servers as /proc/net/ip_vs lists them: address, port,
-    forwarding method, weight and connection counts. What it cannot say exactly is left out,
-    for the caller to dump over netlink: a server with a tunnel (its type, port and flags are
-    not listed) and a key seen twice (an IPv4 and an IPv6 fwmark service with one mark)."""
-    found: dict[ProcKey, list[IpvsDest]] = {}
-    dropped: set[ProcKey] = set()
-    for service, lines_of_dests in _proc_blocks(lines):
-        current = _proc_service_key(service)
-        if current is None:
-            continue
-        if current in found:
-            dropped.add(current)
-        found[current] = []
-        for line in lines_of_dests:
-            words = line.split()
-            if len(words) < 6:
-                continue
-            forward = _PROC_FORWARD.get(words[2])
-            if forward is None:
-                dropped.add(current)
-                continue
-            address, port = _proc_endpoint(words[1])
-            found[current].append(
-                IpvsDest(
-                    address=address,
-                    port=port,
-                    forward=forward,
-                    weight=int(words[3]),
-                    active_conns=int(words[4]),
-                    inactive_conns=int(words[5]),
-                )
-            )
-    return {k: tuple(v) for k, v in found.items() if k not in dropped}
-
-
-def _proc_address(host: str) -> str:
-    if host.startswith("["):
-        return socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, host[1:-1]))
-    return socket.inet_ntop(socket.AF_INET, bytes.fromhex(host))
-
-
-def _proc_endpoint(word: str) -> tuple[str, int]:
-    """`0A600001:01BB` or `[fd00:0096:...:0001]:01BB`: the address as inet_ntop spells it, and
-    the port."""
-    host, _, port = word.rpartition(":")
-    return _proc_address(host), int(port, 16)
-
-
-def _proc_service_key(words: list[str]) -> ProcKey | None:
-    if len(words) < 2:
-        return None
-    if words[0] == "FWM":
-        return ("FWM", int(words[1], 16))
-    protocol = _proc_protocol(words[0])
-    return None if protocol is None else (protocol, *_proc_endpoint(words[1]))
-
-
-# IP_VS_SVC_F_* (include/uapi/linux/ip_vs.h): what a /proc/net/ip_vs service line shows
-_F_PERSISTENT, _F_HASHED, _F_ONEPACKET = 0x1, 0x2, 0x4
-
-
-def proc_services(lines: Iterable[str]) -> tuple[list[IpvsService], list[int]] | None:
-    """Every virtual server /proc/net/ip_vs lists (ip_vs_info_seq_show), and how many real
-    servers each has: all a scrape needs, without the netlink dump of the services.
-
-    None when /proc cannot name each one exactly (the caller dumps over netlink then): a
-    fwmark service (its line carries no family) or a key listed twice (the table changed
-    under the read). The services carry no persistence timeout (/proc prints it in
-    jiffies), netmask or persistence engine: serve's metrics use none of them, and the
-    commands that back up or delete read the services over netlink."""
-    services: list[IpvsService] = []
-    counts: list[int] = []
-    seen: set[ProcKey] = set()
-    for words, dests in _proc_blocks(lines):
-        if len(words) < 3:  # not a service line: its real servers count to the one before
-            if counts:
-                counts[-1] += len(dests)
-            continue
-        if words[0] == "FWM":
-            return None
-        address, port = _proc_endpoint(words[1])
-        protocol = _proc_protocol(words[0])
-        if protocol is None:  # a name this reader does not know: the caller asks netlink
-            return None
-        key: ProcKey = (protocol, address, port)
-        if key in seen:
-            return None
-        seen.add(key)
-        # a listed service is in the kernel's table: hashed, as netlink reports it too
-        flags = _F_HASHED | (_F_PERSISTENT if "persistent" in words else 0)
-        flags |= _F_ONEPACKET if "ops" in words else 0
-        family: IpVersion = 6 if ":" in address else 4
-        services.append(IpvsService(family, protocol, address, port, None, words[2], flags, 0))
-        counts.append(len(dests))
-    return services, counts
-
-
-def read_proc_dests() -> dict[ProcKey, tuple[IpvsDest, ...]]:
-    """proc_dests of the node now; {} when the file cannot be read or parsed."""
-    try:
-        with open(PROC_IPVS) as lines:
-            return proc_dests(lines)
-    except (OSError, ValueError):
-        return {}
-
-
-def read_proc_dest_counts() -> dict[ProcKey, int]:
-    """proc_dest_counts of the node now; {} when the file cannot be read or parsed. The file
-    is parsed line by line as it is read: at 20,000 Services, its text and its list of lines
-    held at once were 20 MB of serve's peak memory, a third of it."""
-    try:
-        with open(PROC_IPVS) as lines:
-            return proc_dest_counts(lines)
-    except (OSError, ValueError):
-        return {}
-
-
-def proc_key(svc: IpvsService) -> ProcKey:
-    """How /proc/net/ip_vs names this virtual server."""
-    if svc.fwmark:
-        return ("FWM", svc.fwmark)
-    return (svc.protocol, str(svc.address), svc.port or 0)
-
-
 class RealServers:
     """The real servers of a reading's virtual servers, for what needs the servers themselves
     (the backup bundle, the re-check): /proc/net/ip_vs read once when made, and a netlink
@@ -413,19 +265,40 @@ def _read() -> tuple[IpvsService, ...]:
             6: functools.partial(parse_dest, service_family=socket.AF_INET6),
         }
         # read after the service dump: a service added in between is dumped below
-        counts = read_proc_dest_counts()
+        tally = read_proc_tally()
+        _check_dump(found, tally)
         for svc in found:
-            count = counts.get(proc_key(svc))
+            counted = tally.get(proc_key(svc))
             dests: Sequence[IpvsDest]
-            if count is not None:
-                dests = CountedDests(count)
+            if counted is not None:
+                dests = CountedDests(counted[0])
+                active, inactive = counted[1], counted[2]
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
                 dests = LazyDests(raw, decode[svc.family])
+                active = sum(d.active_conns for d in dests)
+                inactive = sum(d.inactive_conns for d in dests)
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
             object.__setattr__(svc, "dests", dests)
+            object.__setattr__(svc, "active_conns", active)
+            object.__setattr__(svc, "inactive_conns", inactive)
     return tuple(found)
+
+
+def _check_dump(found: Sequence[IpvsService], listed: Collection[ProcKey]) -> None:
+    """Refuse a service dump that skipped or repeated a service. The kernel resumes each part
+    of the dump by position in one table of every namespace's services
+    (ip_vs_genl_dump_services) and never sets NLM_F_DUMP_INTR: a service added or removed in
+    any namespace between two parts shifts the position, and this namespace's dump misses one
+    or lists one twice without a word. /proc/net/ip_vs, read after the dump, counts only this
+    namespace: a service it lists that the dump lacks was skipped (or is new), so read again."""
+    dumped = {(svc.family, proc_key(svc)) for svc in found}
+    if len(dumped) != len(found):
+        raise DumpInterrupted("the IPVS service dump listed a virtual server twice")
+    keys = {key for _, key in dumped}
+    if any(key not in keys for key in listed):
+        raise DumpInterrupted("the IPVS service dump missed a virtual server /proc/net/ip_vs lists")
 
 
 def _read_summary() -> tuple[IpvsService, ...]:

@@ -80,12 +80,21 @@ def _leftover_families(snap: Snapshot, c: Classification) -> Iterator[Family]:
     rs = _gauge(
         "ipvs_real_servers", "IPVS real servers by class of their service's owner", ("class",)
     )
+    conns = _gauge(
+        "ipvs_connections",
+        "Connections IPVS tracks through the real servers, by class of their service's owner "
+        "and state; deleting a virtual server cuts them",
+        ("class", "state"),
+    )
     for owner, label in ((Owner.IPVS_LEFTOVER, CLASS_LABEL), (Owner.FOREIGN, "foreign")):
         svcs = [f.obj for f in c.of(IpvsService, owner)]
         vs.add_metric([label], len(svcs))
         rs.add_metric([label], sum(len(s.dests) for s in svcs))
+        conns.add_metric([label, "active"], sum(s.active_conns for s in svcs))
+        conns.add_metric([label, "inactive"], sum(s.inactive_conns for s in svcs))
     yield vs
     yield rs
+    yield conns
 
     sets = _gauge("ipsets", "kube-proxy ipvs-mode ipsets present", ("family",))
     entries = _gauge("ipset_entries", "Entries in kube-proxy ipvs-mode ipsets", ("family",))

@@ -49,6 +49,14 @@ def _ipvs_counts(findings: list[Finding[IpvsService]]) -> dict[str, int]:
     }
 
 
+def _connections(findings: list[Finding[IpvsService]]) -> dict[str, int]:
+    """What deleting these virtual servers would cut (docs/contract.md#live-connections)."""
+    return {
+        "active": sum(f.obj.active_conns for f in findings),
+        "inactive": sum(f.obj.inactive_conns for f in findings),
+    }
+
+
 def _by_family(findings: list[Finding[Ipset]], value: Callable[[Ipset], int]) -> dict[str, int]:
     out = {"ipv4": 0, "ipv6": 0}
     for f in findings:
@@ -98,6 +106,10 @@ def document(snap: Snapshot, c: Classification) -> dict[str, Any]:
         },
         "leftovers": _leftovers(snap, c),
         "foreign": _ipvs_counts(c.of(IpvsService, Owner.FOREIGN)),
+        "ipvs_connections": {
+            "leftovers": _connections(c.of(IpvsService, Owner.IPVS_LEFTOVER)),
+            "foreign": _connections(c.of(IpvsService, Owner.FOREIGN)),
+        },
         # kube-proxy iptables mode's chains (docs/contract.md#ownership), apart from the
         # ipvs-mode counts above
         "iptables_leftovers": {"chains": ipt_chains, "jump_rules": ipt_jumps},
@@ -212,6 +224,7 @@ def _describe(f: AnyFinding) -> str:
 
 def _summary(doc: dict[str, Any]) -> list[str]:
     left, foreign, ipt = doc["leftovers"], doc["foreign"], doc["iptables_leftovers"]
+    conns = doc["ipvs_connections"]
     link = left["kube_ipvs0"]
     link_text = (
         f"{link['kind']} {'UP' if link['up'] else 'DOWN'} with {link['addresses']['ipv4']} IPv4 "
@@ -224,6 +237,9 @@ def _summary(doc: dict[str, Any]) -> list[str]:
         f"  IPVS: {left['ipvs_virtual_servers']} virtual servers, "
         f"{left['ipvs_real_servers']} real servers "
         f"(foreign: {foreign['ipvs_virtual_servers']} / {foreign['ipvs_real_servers']})",
+        f"  IPVS connections: {conns['leftovers']['active']} active, "
+        f"{conns['leftovers']['inactive']} inactive (foreign: "
+        f"{conns['foreign']['active']} / {conns['foreign']['inactive']})",
         f"  kube-ipvs0: {link_text}",
         f"  ipsets: {left['ipsets']['ipv4']} IPv4 + {left['ipsets']['ipv6']} IPv6 sets, "
         f"{left['ipset_entries']['ipv4']} + {left['ipset_entries']['ipv6']} entries",

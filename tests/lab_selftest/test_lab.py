@@ -285,3 +285,35 @@ def test_cli_build_and_destroy() -> None:
     finally:
         subprocess.run([*cmd, "destroy", name], check=True, cwd=repo)
     assert name not in sh("ip", "netns", "list")
+
+
+def test_delete_netns_kills_what_a_test_left_running() -> None:
+    """A namespace lives on while a process runs in it; a pipeline whose shell alone was
+    killed (as the IPVS churn loop's was) keeps its children running there."""
+    import time
+
+    name = f"lab-st-{uuid.uuid4().hex[:8]}"
+    create_netns(name)
+    try:
+        shell = subprocess.Popen(["ip", "netns", "exec", name, "sh", "-c", "sleep 600 | sleep 600"])
+        deadline = time.monotonic() + 10
+        while len(sh("ip", "netns", "pids", name).split()) < 3:
+            assert time.monotonic() < deadline, sh("ip", "netns", "pids", name)
+            time.sleep(0.05)
+        shell.kill()
+        shell.wait()
+        orphans = sh("ip", "netns", "pids", name).split()
+        assert len(orphans) == 2, orphans
+    finally:
+        delete_netns(name)
+    # killed: gone, or a zombie waiting for whoever adopted it to reap it
+    alive = [p for p in orphans if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+    assert alive == []
+    assert name not in sh("ip", "netns", "list").split()
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "gone"

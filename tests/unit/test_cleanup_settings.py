@@ -25,13 +25,15 @@ def test_serve_auto_cleanup_settings_carry_every_option(tmp_path: Path) -> None:
     ctx = _command_context(
         "serve",
         ["--auto-cleanup", "--backup-dir", str(tmp_path / "b"), "--lock-file", str(tmp_path / "l")]
-        + ["--tool-timeout", "77"],
+        + ["--tool-timeout", "77", "--drain-timeout", "2m", "--cut-connections"],
     )
     assert common.cleanup_settings(ctx) == Settings(
         backup_dir=tmp_path / "b",
         lock_file=tmp_path / "l",
         reset_arp_sysctls=False,  # serve never resets strictARP's sysctls
         tool_timeout=77.0,
+        drain_timeout=120.0,
+        cut_connections=True,
         hooks=hooks.NONE,
     )
 
@@ -40,13 +42,15 @@ def test_cleanup_settings_carry_every_option(tmp_path: Path) -> None:
     ctx = _command_context(
         "cleanup",
         ["--apply", "--backup-dir", str(tmp_path / "b"), "--lock-file", str(tmp_path / "l")]
-        + ["--tool-timeout", "90", "--reset-arp-sysctls"],
+        + ["--tool-timeout", "90", "--reset-arp-sysctls", "--drain-timeout", "0"],
     )
     assert common.cleanup_settings(ctx) == Settings(
         backup_dir=tmp_path / "b",
         lock_file=tmp_path / "l",
         reset_arp_sysctls=True,
         tool_timeout=90.0,
+        drain_timeout=0.0,
+        cut_connections=False,
         hooks=hooks.NONE,
     )
 

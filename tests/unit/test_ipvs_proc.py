@@ -91,7 +91,7 @@ def test_the_file_is_parsed_as_it_is_read(tmp_path, monkeypatch) -> None:  # typ
     read line by line, the peak is the counts themselves (about 5.2 MB for 22,000 services)."""
     import tracemalloc
 
-    from agent.readers import ipvs
+    from agent.readers import ipvs_proc
 
     head = PROC.splitlines(keepends=True)[:3]
     body = []
@@ -103,10 +103,10 @@ def test_the_file_is_parsed_as_it_is_read(tmp_path, monkeypatch) -> None:  # typ
     path = tmp_path / "ip_vs"
     path.write_text("".join(head + body))
     del body
-    monkeypatch.setattr(ipvs, "PROC_IPVS", path)
+    monkeypatch.setattr(ipvs_proc, "PROC_IPVS", path)
     tracemalloc.start()
     try:
-        counts = ipvs.read_proc_dest_counts()
+        counts = ipvs_proc.read_proc_dest_counts()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
