@@ -95,9 +95,11 @@ def manifest(
     apply: bool = False,
     active_deadline: int = ACTIVE_DEADLINE,
     drain: Drain = Drain(),
+    service_account: str = "ipvs-leftovers",
 ) -> dict[str, Any]:
     """The Job as an object; InvalidName for a node or namespace Kubernetes would refuse, or a
-    drain timeout the Job's deadline would cut short."""
+    drain timeout the Job's deadline would cut short. `service_account`: the agent's (fleet
+    step takes it from the DaemonSet)."""
     validate(node, namespace)
     if not image.strip():
         raise InvalidName("--image", "the image must not be empty")
@@ -135,7 +137,7 @@ def manifest(
                     # A stop (the deadline, `kubectl delete`) ends the step under way and undoes
                     # the cleanup: the time that takes on a large node (docs/operations.md)
                     "terminationGracePeriodSeconds": STOP_GRACE,
-                    "serviceAccountName": "ipvs-leftovers",
+                    "serviceAccountName": service_account,
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "tolerations": [{"operator": "Exists"}],

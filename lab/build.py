@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from lab import render
 from lab.model import Node, family_of
@@ -114,6 +116,49 @@ def _node_link(netns: str, node: Node) -> None:
         run([*ip, "address", "add", cidr, "dev", NODE_LINK, *extra])
     run([*ip, "link", "set", NODE_PEER, "up"])
     run([*ip, "link", "set", NODE_LINK, "up"])
+    _wait_settled(netns, (NODE_LINK, NODE_PEER))
+
+
+def _wait_settled(netns: str, links: tuple[str, ...], timeout: float = 30.0) -> None:
+    """Until the kernel has finished bringing the links up: the veth carrier and each link's
+    IPv6 link-local address past duplicate address detection. Both come a moment after `ip
+    link set up`, later under load; a test that dumped the node before then saw them appear
+    between its two dumps and blamed the agent."""
+    deadline = time.monotonic() + timeout
+    sysctl = "net.ipv6.conf.{}.disable_ipv6"
+    v6 = tuple(
+        link
+        for link in links
+        if run(in_ns(netns, "sysctl", "-n", sysctl.format(link))).strip() == "0"
+    )
+    while True:
+        shown = json.loads(run(["ip", "-n", netns, "-j", "address", "show"]))
+        pending = _unsettled(shown, links, v6)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"links of {netns} not settled after {timeout:.0f}s: {pending}")
+        time.sleep(0.05)
+
+
+def _unsettled(
+    shown: list[dict[str, Any]], links: tuple[str, ...], v6: tuple[str, ...]
+) -> list[str]:
+    """What is still coming of these links in `ip -j address show`'s answer (a link-local
+    address only on the links `v6` names: IPv6 is disabled on the others)."""
+    pending = []
+    for link in shown:
+        if link.get("ifname") not in links:
+            continue
+        if link.get("operstate") != "UP":
+            pending.append(f"{link['ifname']} {link.get('operstate')}")
+        if link["ifname"] not in v6:
+            continue
+        local = [a for a in link.get("addr_info", []) if a.get("scope") == "link"]
+        local6 = [a for a in local if a.get("family") == "inet6"]
+        if not local6 or any(a.get("tentative") for a in local6):
+            pending.append(f"{link['ifname']} link-local address")
+    return pending
 
 
 def _sysctls(netns: str, node: Node) -> None:

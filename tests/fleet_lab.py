@@ -313,11 +313,15 @@ def fleet_lab(
     nodes: list[LabNode],
     history: Callable[[float, dict[str, str]], str],
     ds_args: list[str] | None = None,
+    apiserver_flags: tuple[str, ...] = (),
 ) -> Iterator[FleetLab]:
     """`history(now, instances)`: the OpenMetrics of the hold-down before `now` (when
-    Prometheus starts), each node's series under the `instance` its scrapes will have."""
+    Prometheus starts), each node's series under the `instance` its scrapes will have.
+    `apiserver_flags`: added to kube-apiserver's (an audit log, for one)."""
     with ExitStack() as stack:
-        cp = stack.enter_context(ControlPlane(workdir / "cp", controller_manager=True))
+        cp = stack.enter_context(
+            ControlPlane(workdir / "cp", controller_manager=True, apiserver_flags=apiserver_flags)
+        )
         lab = FleetLab(cp, {n.name: n for n in nodes}, "", workdir)
         _apply_agent(cp, ds_args or [])
         made: list[str] = []

@@ -8,6 +8,7 @@ idempotent: each run reads Prometheus and the API server again. The Kubernetes c
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,28 @@ import click
 
 from agent.cli import common
 from agent.cli.options import Duration
+
+
+def _regexp(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A regular expression Python can compile, or a usage error (exit 2)."""
+    if value is None:
+        return None
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise click.BadParameter(f"{value!r} is not a regular expression ({exc})") from None
+    return value
+
+
+def alert_filter(kw: dict[str, Any]) -> str | None:
+    """--alert-filter-regexp, or its old name --ignore-alerts; both, differing: usage error."""
+    new: str | None = kw.pop("alert_filter")
+    old: str | None = kw.pop("ignore_alerts")
+    if new is not None and old is not None and new != old:
+        raise click.UsageError(
+            "--ignore-alerts is the old name of --alert-filter-regexp: give one of them"
+        )
+    return new if new is not None else old
 
 
 def prometheus_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,23 +108,104 @@ def _reading_options() -> list[Callable[..., Any]]:
             help="How recent a node's latest sample must be.",
         ),
         click.option(
-            "--ignore-alerts",
+            "--alert-filter-regexp",
+            "alert_filter",
             default=None,
-            help="Regular expression of alert names that do not pause (e.g. "
-            "'Watchdog|InfoInhibitor').",
+            callback=_regexp,
+            help="Alert names that do not pause (kured's option): a regular expression the "
+            "whole name must match, e.g. 'Watchdog|InfoInhibitor'.",
         ),
+        # the option's first name, kept working: the same value, hidden from --help
+        click.option(
+            "--ignore-alerts",
+            "ignore_alerts",
+            default=None,
+            callback=_regexp,
+            hidden=True,
+            expose_value=True,
+        ),  # fmt: skip
         click.option("--json", "as_json", is_flag=True, help="One JSON document."),
     ]
+
+
+def _window_value(parse: Callable[[str], Any]) -> Callable[..., Any]:
+    """A click callback: the value parsed, or a usage error (exit 2) with parse's one line."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from agent.fleet.window import WindowError
+
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except WindowError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def window_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """kured's maintenance window: its option names, defaults and semantics
+    (agent/fleet/window.py)."""
+    from agent.fleet import window as w
+
+    options = [
+        click.option(
+            "--start-time",
+            default="00:00",
+            show_default=True,
+            callback=_window_value(w.parse_time),
+            help="The window opens (HH:MM, in --time-zone). Before --end-time, or after it "
+            "for a window across midnight (22:00 to 04:00).",
+        ),
+        click.option(
+            "--end-time",
+            default="23:59:59",
+            show_default=True,
+            callback=_window_value(w.parse_time),
+            help="The window closes (HH:MM[:SS], that minute or second included).",
+        ),
+        click.option(
+            "--days",
+            default=None,
+            metavar="DAYS",
+            callback=_window_value(w.parse_days),
+            help="The days the window opens on, comma-separated: mon,tue,wed,thu,fri,sat,sun "
+            "(kured's --reboot-days). Default: every day.",
+        ),
+        click.option(
+            "--time-zone",
+            default="UTC",
+            show_default=True,
+            callback=_window_value(w.parse_zone),
+            help="The IANA time zone of the window (Europe/Berlin).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def window_of(kw: dict[str, Any]) -> Any:
+    """The maintenance window of the parsed options (each already checked)."""
+    from agent.fleet.window import EVERY_DAY, Window
+
+    days = kw.pop("days")
+    return Window(
+        kw.pop("start_time"), kw.pop("end_time"), EVERY_DAY if days is None else days,
+        kw.pop("time_zone"),
+    )  # fmt: skip
 
 
 @click.group()
 def fleet() -> None:
     """Migrate a fleet from what Prometheus sees: status, then step by step.
 
-    Exit codes (docs/exit-codes.md): 0 done, 3 paused or halted (firing alerts, a failed Job
-    not acknowledged, a node not clean after its Job, the Lease held elsewhere: nothing
-    created), 4 refused (Prometheus or the API unusable, an ambiguous scope, a node the API
-    server does not know whose agent is live, two actors, admission: nothing created)."""
+    Exit codes (docs/exit-codes.md): 0 done (also: outside the maintenance window), 3 paused
+    or halted (firing alerts, a failed Job not acknowledged, a node not clean after its Job,
+    the Lease held elsewhere: nothing created), 4 refused (Prometheus or the API unusable, an
+    ambiguous scope, a node the API server does not know whose agent is live, two actors,
+    admission: nothing created)."""
 
 
 def _prometheus(kw: dict[str, Any]) -> Any:
@@ -146,6 +250,7 @@ def status(**kw: Any) -> None:
     from agent.fleet.eligibility import Params, Verdict, evaluate
     from agent.fleet.status import AgentPods, Refusal, describe_alert, firing_alerts, read_fleet
 
+    ignored = alert_filter(kw)
     prom = _prometheus(kw)
     at = time.time()
     params = Params(kw["hold_down"], kw["max_gap"], kw["freshness"])
@@ -153,7 +258,7 @@ def status(**kw: Any) -> None:
     try:
         reading = read_fleet(prom, at, kw["cluster"], params.hold_down, params.max_gap, agent)
         deleted = _deleted(kw, reading.nodes, params, at)
-        alerts = firing_alerts(prom, reading.cluster, kw["ignore_alerts"])
+        alerts = firing_alerts(prom, reading.cluster, ignored)
     except Refusal as exc:
         common.fail(f"fleet status refused: {exc}", exc.code)
     verdicts = [
@@ -252,6 +357,7 @@ def _print_status(verdicts: list[Any], cluster: str | None) -> None:
     help="Acknowledge the failed Job of NODE (repeatable): the halt ends, the node "
     "is not retried by fleet step.",
 )
+@window_options
 @click.option(
     "--apply",
     "apply_",
@@ -259,42 +365,64 @@ def _print_status(verdicts: list[Any], cluster: str | None) -> None:
     help="Create the wave's Jobs. Without: print what the step would do.",
 )
 def step(**kw: Any) -> None:
-    """One step: bake the last wave, then create the next one (docs/operations.md)."""
+    """One step: bake the last wave, then create the next one (docs/operations.md).
+
+    Outside the maintenance window (--start-time, --end-time, --days, --time-zone: kured's)
+    it reads nothing, creates nothing, prints one line and exits 0."""
     from agent.fleet import kube
     from agent.fleet.eligibility import Params
     from agent.fleet.status import Refusal
-    from agent.fleet.step import Options
+    from agent.fleet.step import Options, outside
     from agent.fleet.step import step as run_step
 
-    prom = _prometheus(kw)
     options = Options(
         params=Params(kw["hold_down"], kw["max_gap"], kw["freshness"]),
         cluster=kw["cluster"],
-        ignore_alerts=kw["ignore_alerts"],
+        alert_filter=alert_filter(kw),
         namespace=kw["namespace"],
         lease=kw["lease"],
         max_concurrent=kw["max_concurrent"],
         max_per_zone=kw["max_per_zone"],
         ack=tuple(kw["ack"]),
         apply=kw["apply_"],
+        window=window_of(kw),
     )
+    prom = _prometheus(kw)
+    now = time.time()
+    closed = outside(options, now)
+    if closed:
+        _print_step(kw["as_json"], None, [closed], 0, 0)
+        return
     try:
         api = kube.api_client(kw["kubeconfig"], kw["context"])
-        outcome = run_step(prom, api, options, time.time())
+        outcome = run_step(prom, api, options, now)
     except kube.KubeError as exc:
         common.fail(f"fleet step refused: {exc}", 4)
     except Refusal as exc:
         what = "refused" if exc.code == 4 else "stopped"
         common.fail(f"fleet step {what}: {exc}", exc.code)
-    if kw["as_json"]:
-        doc = {
-            "wave": outcome.wave,
-            "created": outcome.created,
-            "lines": outcome.lines,
-            "api_calls": outcome.api_calls,
-            "prometheus_queries": prom.calls,
-        }
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        for line in outcome.lines:
+    wave = outcome.wave if outcome.in_window else None
+    _print_step(kw["as_json"], outcome, outcome.lines, outcome.api_calls, prom.calls, wave)
+
+
+def _print_step(
+    as_json: bool,
+    outcome: Any,
+    lines: list[str],
+    api_calls: int,
+    queries: int,
+    wave: int | None = None,
+) -> None:
+    if not as_json:
+        for line in lines:
             click.echo(line)
+        return
+    doc = {
+        "wave": wave,
+        "created": outcome.created if outcome is not None else [],
+        "in_window": outcome is not None and outcome.in_window,
+        "lines": lines,
+        "api_calls": api_calls,
+        "prometheus_queries": queries,
+    }
+    click.echo(json.dumps(doc, indent=2))

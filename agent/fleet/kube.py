@@ -100,6 +100,9 @@ class AgentDaemonSet:
     name: str
     image: str
     args: tuple[str, ...]
+    # its pods' ServiceAccount: the cleanup Jobs run as it (a chart release names it after
+    # itself, so it is not always "ipvs-leftovers")
+    service_account: str = "ipvs-leftovers"
 
     @property
     def auto_cleanup(self) -> bool:
@@ -139,6 +142,7 @@ def agent_daemonset(api: Any, namespace: str | None = None) -> AgentDaemonSet:
         ds.metadata.name,
         container.image,
         tuple([*(container.command or []), *(container.args or [])]),
+        ds.spec.template.spec.service_account_name or "default",
     )
 
 

@@ -37,6 +37,7 @@ from agent.fleet.status import (
     firing_alerts,
     read_fleet,
 )
+from agent.fleet.window import Window
 from agent.job import NODE_LABEL, manifest
 
 FLEET_LABEL = "ipvs-leftovers.io/fleet"  # on the Jobs fleet step creates: the Lease's name
@@ -53,7 +54,7 @@ DELETED = "deleted (skipped): no Node in the API server"
 class Options:
     params: Params
     cluster: str | None
-    ignore_alerts: str | None
+    alert_filter: str | None  # --alert-filter-regexp: alert names that do not pause
     namespace: str | None
     lease: str = "ipvs-leftovers-fleet"
     lease_seconds: int = 600
@@ -61,6 +62,7 @@ class Options:
     max_per_zone: int = 0  # 0: no limit
     ack: tuple[str, ...] = ()
     apply: bool = False
+    window: Window | None = None  # None: always (kured's default window)
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
 
@@ -71,6 +73,7 @@ class Outcome:
     lines: list[str]
     api_calls: int
     queries: int
+    in_window: bool = True  # False: the window closed before the Jobs were made
 
 
 def _now() -> dt.datetime:
@@ -106,6 +109,13 @@ class Kube:
 
     def serialize(self, obj: Any) -> Any:
         return self.api.sanitize_for_serialization(obj)
+
+
+def outside(o: Options, now: float) -> str | None:
+    """The one line when `now` is outside the maintenance window; None inside it."""
+    if o.window is None or o.window.contains(dt.datetime.fromtimestamp(now, dt.UTC)):
+        return None
+    return f"outside the maintenance window ({o.window}): nothing read, nothing created"
 
 
 def _take_lease(k: Kube, ns: str, o: Options) -> tuple[dict[str, Any], int]:
@@ -248,7 +258,7 @@ def step(prom: Prometheus, api: Any, o: Options, now: float) -> Outcome:
     if o.apply:
         lease, size = _take_lease(k, ns, o)
     try:
-        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds.image, lines, size, lease)
+        return _step(prom, k, o, now, AgentPods(ns, ds.name), ds, lines, size, lease)
     except Refusal as exc:
         if lease is not None and not str(exc).startswith(f"Lease {ns}/"):
             # any pause or halt: the next wave is 1 again
@@ -262,7 +272,7 @@ def _step(
     o: Options,
     now: float,
     agent: AgentPods,
-    image: str,
+    ds: kube.AgentDaemonSet,
     lines: list[str],
     size: int,
     lease: dict[str, Any] | None,
@@ -292,7 +302,14 @@ def _step(
             _release(k, ns, o, lease, size)
         return Outcome(wave, [], lines, k.calls, reading.queries)
     wave += 1
-    bodies = _wave_jobs(chosen, image, ns, o, wave)
+    bodies = _wave_jobs(chosen, ds, o, wave)
+    if outside(o, _now().timestamp()):
+        # reading the fleet can take minutes: a window that closed meanwhile creates nothing
+        lines.append(f"the maintenance window ({o.window}) closed while this step read the "
+                     f"fleet: wave {wave} not created")  # fmt: skip
+        if lease is not None:
+            _release(k, ns, o, lease, size)
+        return Outcome(wave - 1, [], lines, k.calls, reading.queries, in_window=False)
     if not o.apply:
         lines += [f"would create wave {wave}: {', '.join(chosen)}"]
         return Outcome(wave, [], lines, k.calls, reading.queries)
@@ -309,7 +326,7 @@ def _step(
 
 def _pause_on_alerts(prom: Prometheus, cluster: str | None, o: Options) -> None:
     """PAUSED while an alert not ignored fires for the cluster."""
-    alerts = firing_alerts(prom, cluster, o.ignore_alerts)
+    alerts = firing_alerts(prom, cluster, o.alert_filter)
     if alerts:
         names = ", ".join(sorted({describe_alert(a) for a in alerts}))
         raise Refusal(f"paused: {len(alerts)} alert(s) firing: {names}", PAUSED)
@@ -408,12 +425,13 @@ def _unfinished(
 
 
 def _wave_jobs(
-    chosen: list[str], image: str, ns: str, o: Options, wave: int
+    chosen: list[str], ds: kube.AgentDaemonSet, o: Options, wave: int
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Each chosen node's cleanup Job, labelled as the fleet's and annotated with its wave."""
+    """Each chosen node's cleanup Job (the agent's image and ServiceAccount), labelled as the
+    fleet's and annotated with its wave."""
     bodies = []
     for node in chosen:
-        job = manifest(node, image, ns, apply=True)
+        job = manifest(node, ds.image, ds.namespace, apply=True, service_account=ds.service_account)
         job["metadata"]["labels"][FLEET_LABEL] = o.lease
         job["metadata"].setdefault("annotations", {})[WAVE_ANNOTATION] = str(wave)
         bodies.append((node, job))

@@ -317,3 +317,20 @@ def _state(pid: str) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except OSError:
         return "gone"
+
+
+def test_a_built_node_holds_still_once_build_returns(netns: str) -> None:
+    """The kernel finishes bringing a veth up after `ip link set up` returns (the carrier,
+    then each IPv6 link-local address through duplicate address detection). A test that read
+    the node at once and again later saw those appear and blamed the agent; build() returns
+    once they are there."""
+    import time
+
+    build(netns, realistic_node(backend="nft"))
+    first = ns(netns, "ip", "-j", "address", "show")
+    time.sleep(3)  # DAD takes about a second on an idle machine
+    assert ns(netns, "ip", "-j", "address", "show") == first
+    links = {link["ifname"]: link for link in json.loads(first)}
+    for name in ("eth0", "eth0-peer"):
+        assert links[name]["operstate"] == "UP", links[name]
+        assert [a["family"] for a in links[name]["addr_info"] if a["scope"] == "link"] == ["inet6"]

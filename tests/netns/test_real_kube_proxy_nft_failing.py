@@ -107,8 +107,14 @@ def test_failing_nft_transactions_refuse_the_cleanup_until_they_stop(
 
         (control / "fail").unlink()
         (control / "add-later").write_text("")  # a change, so it syncs now, not at its retry
-        wait("the table with both Services", lambda: "10.96.4.91" in table(ns), log)
-        assert "10.96.4.90" in table(ns)
+        # each Service with its endpoint: kube-proxy may write a Service before its
+        # EndpointSlice (to reject-chain) and change it a moment later, after `recovered`
+        wait(
+            "the table with both Services and their endpoints",
+            lambda: all(f"dnat to 10.244.0.{n}:80" in table(ns) for n in (52, 53)),
+            log,
+        )
+        assert "10.96.4.90" in table(ns) and "10.96.4.91" in table(ns)
         recovered = dump(ns)
         r = apply(ns, tmp_path)
         assert r.rc == 0, r.stdout + r.stderr

@@ -33,7 +33,7 @@ NS = "ipvs-leftovers"
 T = float(int(time.time()))
 M = 60.0
 ARGS = ["--cluster", "lab", "--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m",
-        "--ignore-alerts", ".*"]  # fmt: skip
+        "--alert-filter-regexp", ".*"]  # fmt: skip
 
 
 def until(minutes: float) -> Callable[[float], Sample | None]:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.prometheus
 T = float(int(time.time()))
 M = 60.0
 ARGS = ["--cluster", "lab", "--hold-down", "1h", "--max-gap", "2m", "--freshness", "2m",
-        "--ignore-alerts", ".*"]  # fmt: skip
+        "--alert-filter-regexp", ".*"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

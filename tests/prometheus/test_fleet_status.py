@@ -100,7 +100,7 @@ def status(prom: HistoryPrometheus, *args: str) -> subprocess.CompletedProcess[s
 def test_each_node_fails_its_first_check_and_the_other_cluster_is_left_out(
     prom: HistoryPrometheus,
 ) -> None:
-    r = status(prom, "--cluster", "lab", "--json", "--ignore-alerts", ".*")
+    r = status(prom, "--cluster", "lab", "--json", "--alert-filter-regexp", ".*")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     got = {n["node"]: "eligible" if n["eligible"] else n["check"] for n in doc["nodes"]}
@@ -114,14 +114,14 @@ def test_each_node_fails_its_first_check_and_the_other_cluster_is_left_out(
 def test_the_shared_name_in_the_other_cluster_is_judged_on_its_own_history(
     prom: HistoryPrometheus,
 ) -> None:
-    r = status(prom, "--cluster", "other", "--json", "--ignore-alerts", ".*")
+    r = status(prom, "--cluster", "other", "--json", "--alert-filter-regexp", ".*")
     assert r.returncode == 0, r.stderr
     got = {n["node"]: n["check"] or "eligible" for n in json.loads(r.stdout)["nodes"]}
     assert got == {"shared": "confirmed", "other-1": "eligible"}
 
 
 def test_the_text_report_names_each_node_and_counts(prom: HistoryPrometheus) -> None:
-    r = status(prom, "--cluster", "lab", "--ignore-alerts", ".*")
+    r = status(prom, "--cluster", "lab", "--alert-filter-regexp", ".*")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[-1] == "cluster 'lab': 11 nodes, 3 eligible, 1 clean, 7 waiting"
@@ -146,7 +146,7 @@ def test_firing_alerts_pause_with_exit_3_except_those_the_cleanup_resolves(
         prom,
         "--cluster",
         "lab",
-        "--ignore-alerts",
+        "--alert-filter-regexp",
         "IPVSLeftoversKubeProxyNotSynced|IPVSLeftoversSourceFailing",
     )
     assert r.returncode == 0, r.stderr

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.upstream]
 NS = "ipvs-leftovers"
 NOW = float(int(time.time()))
 NODES = ["a1", "a2", "a3"]
-ARGS = ["--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m", "--ignore-alerts", ".*"]
+ARGS = ["--hold-down", "1h", "--max-gap", "2m", "--freshness", "15m", "--alert-filter-regexp", ".*"]
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +314,7 @@ def test_a_lease_taken_by_another_step_while_this_one_reads_creates_nothing(
     options = Options(
         params=Params(3600.0, 120.0, 900.0),
         cluster="lab",
-        ignore_alerts=".*",
+        alert_filter=".*",
         namespace=None,
         apply=True,
     )
@@ -326,3 +326,60 @@ def test_a_lease_taken_by_another_step_while_this_one_reads_creates_nothing(
     assert jobs(cp) == []
     lease = json.loads(cp.kubectl("-n", NS, "get", "lease", "ipvs-leftovers-fleet", "-o", "json"))
     assert lease["spec"]["holderIdentity"] == "another-step"
+
+
+def _far_day() -> str:
+    """A day that is neither yesterday, today nor tomorrow (UTC): outside, whatever the hour."""
+    import datetime as dt
+
+    return ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[
+        (dt.datetime.now(dt.UTC).weekday() + 3) % 7
+    ]
+
+
+def test_outside_the_maintenance_window_exit_0_one_line_and_nothing_touched(world: Any) -> None:
+    cp, _ = world
+    code, out, err = step(world, "--apply", "--days", _far_day(), "--start-time", "22:00",
+                          "--end-time", "04:00", "--time-zone", "Europe/Berlin")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out == (
+        f"outside the maintenance window ({_far_day()} 22:00-04:00 Europe/Berlin): nothing "
+        "read, nothing created\n"
+    )
+    assert jobs(cp) == []
+    leases = cp.kubectl_run("-n", NS, "get", "lease", "ipvs-leftovers-fleet", check=False)
+    assert leases.returncode == 1 and "NotFound" in leases.stderr  # not even taken
+
+
+def test_a_window_that_closed_while_the_step_read_the_fleet_creates_nothing(world: Any) -> None:
+    """The window is checked again right before the wave is created: a step that began inside
+    it and read the fleet past its end (a query per hour of the hold-down) creates nothing,
+    releases the Lease and exits 0 (the step is called here as the CLI calls it after its own
+    first check, with a window that no longer holds)."""
+    from agent.fleet import kube
+    from agent.fleet.eligibility import Params
+    from agent.fleet.prom import Prometheus
+    from agent.fleet.step import Options
+    from agent.fleet.step import step as run_step
+    from agent.fleet.window import window
+
+    cp, prom = world
+    closed = window("22:00", "04:00", _far_day(), "UTC")
+    options = Options(
+        params=Params(3600.0, 120.0, 900.0),
+        cluster="lab",
+        alert_filter=".*",
+        namespace=None,
+        apply=True,
+        window=closed,
+    )
+    api = kube.api_client(str(cp.admin_kubeconfig), None)
+    outcome = run_step(Prometheus(prom.url), api, options, NOW)
+    assert (outcome.created, outcome.in_window) == ([], False)
+    assert outcome.lines == [
+        f"the maintenance window ({closed}) closed while this step read the fleet: wave 1 "
+        "not created"
+    ]
+    assert jobs(cp) == []
+    lease = json.loads(cp.kubectl("-n", NS, "get", "lease", "ipvs-leftovers-fleet", "-o", "json"))
+    assert lease["spec"].get("holderIdentity") is None  # released

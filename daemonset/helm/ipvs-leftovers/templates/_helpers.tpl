@@ -87,3 +87,30 @@ CRDs are installed; `helm template` without --api-versions knows of none).
 {{- printf "%s/blob/v%s/docs/runbooks" .Chart.Home .Chart.AppVersion }}
 {{- end }}
 {{- end }}
+
+{{/* The fleet step's objects (CronJob, ServiceAccount, Role, ClusterRole, bindings) and its
+Lease: <fullname>-fleet, so the default release's Lease is the command's default. */}}
+{{- define "ipvs-leftovers.fleet.name" -}}
+{{- printf "%s-fleet" (include "ipvs-leftovers.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "ipvs-leftovers.fleet.serviceAccountName" -}}
+{{- if .Values.fleet.serviceAccount.create }}
+{{- default (include "ipvs-leftovers.fleet.name" .) .Values.fleet.serviceAccount.name }}
+{{- else }}
+{{- required "fleet.serviceAccount.name: the ServiceAccount to use when fleet.serviceAccount.create is false" .Values.fleet.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image build's fleet variant (the Kubernetes client: `fleet step`): the agent's
+registry/repository, tag TAG-fleet (TAG: fleet.image.tag, else image.tag, else the agent's
+version), or fleet.image.digest (the variant's own digest, never the agent's). */}}
+{{- define "ipvs-leftovers.fleet.image" -}}
+{{- $repo := .Values.image.repository }}
+{{- if .Values.image.registry }}{{ $repo = printf "%s/%s" .Values.image.registry .Values.image.repository }}{{ end }}
+{{- if .Values.fleet.image.digest }}
+{{- printf "%s@%s" $repo .Values.fleet.image.digest }}
+{{- else }}
+{{- printf "%s:%s-fleet" $repo (.Values.fleet.image.tag | default .Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
