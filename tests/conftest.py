@@ -135,6 +135,19 @@ def _vm_tier_guard(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _a_lock_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Every agent a test starts takes a cleanup lock of the test's own unless the test names
+    one: the machine's /run/ipvs-leftovers/cleanup.lock is taken without waiting, so two
+    tests on workers side by side that both fell back to it refused each other (exit 6).
+    Within one test, serve, cleanup and restore still share this one lock, as on a node."""
+    lock = tmp_path_factory.mktemp("lock") / "cleanup.lock"
+    for command in ("CLEANUP", "RESTORE", "SERVE"):
+        monkeypatch.setenv(f"IPVS_LEFTOVERS_{command}_LOCK_FILE", str(lock))
+
+
+@pytest.fixture(autouse=True)
 def _alone_or_beside(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
