@@ -6,6 +6,7 @@ DaemonSet runs it in the host's namespace. Nothing here touches the machine's ow
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -106,6 +107,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A kernel that has loaded no module yet cannot be made again without a boot: the test
     # that needs one runs first, by its marker (not its file's name).
     items.sort(key=lambda i: "pristine" not in i.keywords)
+    pristine = any("pristine" in i.keywords for i in items)
+    if IN_VM and pristine and hasattr(config, "workerinput"):
+        # pytest-xdist hands each worker tests as it frees up: "first" holds on none of them
+        # (outside the VM the VM tier is skipped below, so -n there is harmless).
+        raise pytest.UsageError(
+            "a test marked pristine runs first in its boot, which pytest-xdist cannot "
+            "promise: run it without -n (scripts/test runs the VM tier so)"
+        )
     rooted = {t for i in items if (t := tier_of(i.path)) not in ROOTLESS_TIERS and t}
     if os.geteuid() != 0 and rooted:
         # Decided: such a run fails at once, before any test, with one line; never a pass
@@ -123,6 +132,40 @@ def _vm_tier_guard(request: pytest.FixtureRequest) -> None:
     """With --require-vm, a run outside the VM is an error, not a quiet skip of the VM tier."""
     if request.config.getoption("--require-vm") and not IN_VM:
         pytest.fail("--require-vm: not inside the VM, so the VM tier did not run", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _a_lock_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Every agent a test starts takes a cleanup lock of the test's own unless the test names
+    one: the machine's /run/ipvs-leftovers/cleanup.lock is taken without waiting, so two
+    tests on workers side by side that both fell back to it refused each other (exit 6).
+    Within one test, serve, cleanup and restore still share this one lock, as on a node."""
+    lock = tmp_path_factory.mktemp("lock") / "cleanup.lock"
+    for command in ("CLEANUP", "RESTORE", "SERVE"):
+        monkeypatch.setenv(f"IPVS_LEFTOVERS_{command}_LOCK_FILE", str(lock))
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_beside(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist, a test marked `alone` runs with no other test of the run beside it:
+    it loads every core on purpose, or bounds a duration that the other workers' load
+    on two cores would stretch (tests/README.md). The others share a lock it takes exclusively;
+    a turnstile taken first keeps new tests from starving it."""
+    if not hasattr(request.config, "workerinput"):
+        yield  # one process: nothing runs beside any test
+        return
+    run = tmp_path_factory.getbasetemp().parent  # the run's, shared by its workers
+    alone = "alone" in request.keywords
+    with open(run / "alone.turnstile", "a") as turnstile, open(run / "alone.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # both released as the files close
 
 
 @dataclass

@@ -20,6 +20,7 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent import __version__
@@ -82,7 +83,11 @@ def _remove_partial(partial: Path) -> None:
 def writing(base: Path, plan_digest: str) -> Iterator[BundleWriter]:
     """Yields a writer; on a normal exit writes the manifest and renames the folder into place
     (the final path is then `writer.folder`). On any exception the partial folder is removed."""
-    name = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    # Microseconds, so that names sort in the order the bundles were made: two cleanups in one
+    # second (a retry, a Job and a hand run) otherwise sorted by process id, and "the newest
+    # bundle" picked by name could be the older one.
+    now = datetime.now(UTC)
+    name = f"{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{os.getpid()}"
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = base / f"{PARTIAL_PREFIX}{name}"
     os.mkdir(partial, 0o700)

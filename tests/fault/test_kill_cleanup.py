@@ -642,7 +642,7 @@ def test_killed_cleanup(nodes: Nodes, tmp_path: Path, n: int, point: str | int) 
     for folder in left:
         if folder in complete:
             continue
-        r = run_agent(ns, "restore", str(folder))
+        r = run_agent(ns, "restore", "--lock-file", str(lock), str(folder))
         assert r.rc == 4, f"restore accepted the partial backup {sorted(os.listdir(folder))}: {r}"
         assert state(ns) == middle
 
@@ -662,7 +662,7 @@ def test_killed_cleanup(nodes: Nodes, tmp_path: Path, n: int, point: str | int) 
     first = complete[0] if complete else None
     if first is None:
         (first,) = [f for f in folders(backups) if bundle_complete(f)]
-    r = run_agent(ns, "restore", str(first))
+    r = run_agent(ns, "restore", "--lock-file", str(lock), str(first))
     assert r.rc == 0, r
     assert state(ns) == before, f"restore of {first.name} after a kill at {point} is not exact"
     node.dirty = False
@@ -708,7 +708,7 @@ def test_disk_full_during_the_backup(nodes: Nodes, tmp_path: Path) -> None:
         assert state(ns) == before, f"changed with a full backup folder ({kib} KiB)"
         assert [f for f in left if bundle_complete(f)] == [], f"{kib} KiB: {left}"
         for folder in left:
-            rr = run_agent(ns, "restore", str(folder))
+            rr = run_agent(ns, "restore", "--lock-file", str(lock), str(folder))
             assert rr.rc == 4, (
                 f"{kib} KiB: restore accepted {sorted(os.listdir(folder))} after disk full: {rr}"
             )
@@ -717,7 +717,7 @@ def test_disk_full_during_the_backup(nodes: Nodes, tmp_path: Path) -> None:
         pytest.fail(f"the bundle did not fit in {TMPFS_KIB[-1]} KiB")
     assert len(failures) >= 3, failures  # filled at several files, not only the first
     (bundle,) = [f for f in left if bundle_complete(f)]
-    rr = run_agent(ns, "restore", str(bundle))
+    rr = run_agent(ns, "restore", "--lock-file", str(lock), str(bundle))
     assert rr.rc == 0, rr
     assert state(ns) == before
     node.dirty = False

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from lab import names as n
-from lab.build import build, create_netns, delete_netns
+from lab.build import NODE_LINK, NODE_PEER, build, create_netns, delete_netns
 from lab.kube_proxy import start_fake_kube_proxy
 from lab.model import Family
-from lab.render import ip_batch
+from lab.render import ip_batch, ipset_restore, iptables_restore, nft_script
 from lab.scenarios import realistic_node
 
 pytestmark = [
@@ -36,28 +36,91 @@ def sh(*args: str) -> str:
     return subprocess.run(args, capture_output=True, text=True, check=True).stdout
 
 
-def root_snapshot() -> dict[str, str]:
-    return {
-        "ipsets": sh("ipset", "list", "-n"),
-        "nft": sh("nft", "list", "tables"),
-        "ip_tables": Path("/proc/net/ip_tables_names").read_text(),
-        "ip6_tables": Path("/proc/net/ip6_tables_names").read_text(),
-        "netns": sh("ip", "netns", "list"),
-        "links": sh("ip", "-br", "link"),
-        "addrs": sh("ip", "-br", "addr"),
-    }
+# The names of this module's namespaces, made by `_name()`: the only namespaces it can leave.
+MADE: set[str] = set()
+
+
+def _name() -> str:
+    name = f"lab-st-{uuid.uuid4().hex[:8]}"
+    MADE.add(name)
+    return name
+
+
+def _lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+BUILT_IN_CHAINS = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
+
+
+def lab_names() -> set[tuple[str, str]]:
+    """Every root-namespace object a lab build run outside its namespace would make or
+    remove, by kind and name, from the lab's own renderers for the largest node this module
+    builds: ipsets, non-built-in iptables chains (both backends), nftables tables, links,
+    addresses."""
+    names = {("link", NODE_LINK), ("link", NODE_PEER)}
+    for backend in ("legacy", "nft"):
+        node = realistic_node(
+            dual_stack=True,
+            backend=backend,
+            nftables_table=True,
+            third_party=True,
+            old_release_orphans=True,
+            strict_arp=True,
+            with_kube_ipvs0=True,
+        )
+        names |= {("ipset", w[1]) for w in _lines(ipset_restore(node)) if w[0] == "create"}
+        for family in node.families:
+            for text in iptables_restore(node, family).values():
+                names |= {("chain", w[0][1:]) for w in _lines(text) if w[0][:1] == ":"}
+        names |= {
+            ("nft", " ".join(w[2:4])) for w in _lines(nft_script(node)) if w[:2] == ["add", "table"]
+        }
+        for w in _lines(ip_batch(node)):
+            if w[:2] == ["link", "add"]:
+                names.add(("link", w[2]))
+            elif w[:2] == ["address", "add"]:
+                names.add(("addr", w[2]))
+        names |= {("addr", cidr) for cidr in node.node_ips}
+    return {(kind, name) for kind, name in names if name not in BUILT_IN_CHAINS}
+
+
+def root_objects() -> set[tuple[str, str]]:
+    """The root namespace's objects of the kinds lab_names() names, read without changing
+    anything: the legacy tables only as /proc lists them (reading a table not there loads it)."""
+    objects = {("ipset", name) for name in sh("ipset", "list", "-n").split()}
+    for save, names in (("iptables", "ip_tables"), ("ip6tables", "ip6_tables")):
+        tables = Path(f"/proc/net/{names}_names")
+        for table in tables.read_text().split() if tables.exists() else ():
+            text = sh(f"{save}-legacy-save", "-t", table)
+            objects |= {("chain", w[0][1:]) for w in _lines(text) if w[0][:1] == ":"}
+    for w in _lines(sh("nft", "list", "ruleset")):
+        if w[0] == "table":
+            objects.add(("nft", " ".join(w[1:3])))
+        elif w[0] == "chain":
+            objects.add(("chain", w[1]))
+    for w in _lines(sh("ip", "-br", "addr")):
+        objects.add(("link", w[0].partition("@")[0]))
+        objects |= {("addr", a) for a in w[2:]}
+    return objects
 
 
 @pytest.fixture(scope="module", autouse=True)
 def root_untouched() -> Iterator[None]:
-    before = root_snapshot()
+    """What this module could have changed in the machine's own namespace, and only that: its
+    own namespaces are gone, and no object the lab builds appeared or vanished there. Not a
+    snapshot of all of it: the tests beside this one (pytest-xdist's other workers), podman
+    (its links, netavark's tables) or an operator change the root namespace with no lab bug."""
+    lab = lab_names()
+    before = root_objects() & lab
     yield
-    assert root_snapshot() == before
+    assert root_objects() & lab == before
+    assert MADE.isdisjoint(sh("ip", "netns", "list").split()), sorted(MADE)
 
 
 @pytest.fixture
 def netns() -> Iterator[str]:
-    name = f"lab-st-{uuid.uuid4().hex[:8]}"
+    name = _name()
     create_netns(name)
     try:
         yield name
@@ -260,7 +323,7 @@ def test_fake_kube_proxy(netns: str, tmp_path: Path) -> None:
 def test_cli_build_and_destroy() -> None:
     import sys
 
-    name = f"lab-st-{uuid.uuid4().hex[:8]}"
+    name = _name()
     repo = str(Path(__file__).resolve().parents[2])
     cmd = [sys.executable, "-m", "lab"]
     try:
@@ -292,7 +355,7 @@ def test_delete_netns_kills_what_a_test_left_running() -> None:
     killed (as the IPVS churn loop's was) keeps its children running there."""
     import time
 
-    name = f"lab-st-{uuid.uuid4().hex[:8]}"
+    name = _name()
     create_netns(name)
     try:
         shell = subprocess.Popen(["ip", "netns", "exec", name, "sh", "-c", "sleep 600 | sleep 600"])

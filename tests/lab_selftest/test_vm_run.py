@@ -15,6 +15,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 GUEST = r"""
@@ -56,6 +58,7 @@ def test_cached_root_is_the_hosts_page_cached_and_read_only(tmp_path: Path) -> N
     assert p.stdout.splitlines().count("1") == 1  # lo in the new namespace
 
 
+@pytest.mark.alone  # it busies every core itself: the tests beside it would stretch
 def test_user_net_is_up_when_cmd_starts_on_a_loaded_host(tmp_path: Path) -> None:
     """--user-net: CMD's first instruction reaches the host's loopback at 10.0.2.2, with the
     host's cores busy as in scripts/test (the control planes and the build beside the VM).

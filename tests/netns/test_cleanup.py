@@ -87,7 +87,7 @@ def test_apply_removes_exactly_the_leftovers_and_restore_gives_them_back(
         assert dump(ns) == after
         (bundle,) = (tmp_path / "backups").iterdir()
         assert {p.name for p in bundle.iterdir()} >= {"plan.json", "ipset.save"}
-        rr = run_agent(ns, "restore", str(bundle))
+        rr = run_agent(ns, "restore", "--lock-file", str(tmp_path / "cleanup.lock"), str(bundle))
         assert rr.rc == 0, rr.stderr
         assert dump(ns) == before
 
@@ -308,19 +308,24 @@ def test_arp_sysctls_change_only_when_asked(netns: Callable[[], str], tmp_path: 
         forward = build.run(["ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.ip_forward"])
         assert apply(ns, tmp_path).rc == 0
         assert arp() == ("1", "2")
+        earlier = set((tmp_path / "backups").iterdir())
         r = apply(ns, tmp_path, "--reset-arp-sysctls")
         assert r.rc == 0, r.stdout + r.stderr
         assert arp() == ("0", "0")
         assert (
             build.run(["ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.ip_forward"]) == forward
         )
-        bundle = sorted((tmp_path / "backups").iterdir())[-1]
-        assert run_agent(ns, "restore", str(bundle)).rc == 0
+        # the bundle this apply made, whatever the names: both applies may fall in one second
+        (bundle,) = set((tmp_path / "backups").iterdir()) - earlier
+        lock = str(tmp_path / "cleanup.lock")
+        assert run_agent(ns, "restore", "--lock-file", lock, str(bundle)).rc == 0
         assert arp() == ("1", "2")
 
 
 def test_restore_of_a_folder_that_is_no_bundle(netns: Callable[[], str], tmp_path: Path) -> None:
-    r = run_agent(netns(), "restore", str(tmp_path))
+    folder = tmp_path / "not-a-bundle"
+    folder.mkdir()
+    r = run_agent(netns(), "restore", "--lock-file", str(tmp_path / "cleanup.lock"), str(folder))
     assert r.rc == 4 and "not a complete bundle" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -164,7 +164,10 @@ def test_cleanup_removes_both_modes_and_nothing_else(
         again = apply(ns, tmp_path)
         assert again.rc == 0 and "nothing to remove" in again.stdout
         (bundle,) = (tmp_path / "backups").iterdir()
-        assert run_agent(ns, "restore", str(bundle)).rc == 0
+        assert (
+            run_agent(ns, "restore", "--lock-file", str(tmp_path / "cleanup.lock"), str(bundle)).rc
+            == 0
+        )
         assert dump(ns) == before
 
 

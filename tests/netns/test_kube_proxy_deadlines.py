@@ -31,7 +31,9 @@ def _timed_agent(
     return time.monotonic() - start, p
 
 
-def test_a_dripping_kube_proxy_is_cut_at_the_timeout(netns: Callable[[], str]) -> None:
+def test_a_dripping_kube_proxy_is_cut_at_the_timeout(
+    netns: Callable[[], str], tmp_path: Path
+) -> None:
     """kube-proxy answers 200, then its body a byte a second. `--timeout 2` bounds the
     whole of kube-proxy's four answers (read at once): the gate refuses in about 2 s. Before,
     each read had its own timeout and the cleanup was still running at 60 s (here it would
@@ -39,7 +41,10 @@ def test_a_dripping_kube_proxy_is_cut_at_the_timeout(netns: Callable[[], str]) -
     ns = netns()
     with running(ns, "drip"):
         took, plan = _timed_agent(ns, "--timeout", "2", "cleanup")
-        took_apply, applied = _timed_agent(ns, "--timeout", "2", "cleanup", "--apply")
+        lock = str(tmp_path / "cleanup.lock")  # not the machine's: another test may hold it
+        took_apply, applied = _timed_agent(
+            ns, "--timeout", "2", "cleanup", "--apply", "--lock-file", lock
+        )
         took_audit, audit = _timed_agent(ns, "--timeout", "2", "audit", "--json")
     assert took < 8, took
     assert plan.returncode == 0, plan.stderr  # an empty namespace: nothing to remove

@@ -144,6 +144,7 @@ def test_head_on_metrics_answers_headers_only(netns: Callable[[], str]) -> None:
     assert int(head["content_length"]) > 1000
 
 
+@pytest.mark.alone  # answered within 2 s: the agent's deadline, not the machine's load
 def test_the_scrape_deadline_is_honoured(netns: Callable[[], str], tmp_path: Path) -> None:
     """A source slower than Prometheus' scrape timeout costs its source_up, not the scrape.
 

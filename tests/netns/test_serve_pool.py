@@ -51,6 +51,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.alone  # p95 under 2 s: of the agent, not of five other workers on two cores
 def test_two_hundred_concurrent_scrapes_are_all_answered_quickly(netns: Callable[[], str]) -> None:
     """200 scrapes at once: every one answered, p95 under 2 s. Before (one thread per
     connection, listen backlog 5) the p95 was 14 s, and here 88 of 200 got no answer in 60 s."""
