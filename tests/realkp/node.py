@@ -31,6 +31,23 @@ LISTEN_PORT = 8080  # the local endpoints' listener, on every address of the nam
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 T = TypeVar("T")
 
+# `ipvsadm -S -n` as a dump the kernel did not skip: the service dump resumes each part by
+# position in one table of every namespace's services (ip_vs_genl_dump_services) and never sets
+# NLM_F_DUMP_INTR, so while other nodes' kube-proxies add or remove services, this namespace's
+# dump may miss one or list one twice without a word (the agent refuses such a dump:
+# agent/readers/ipvs.py _check_dump). /proc/net/ip_vs counts this namespace's services only:
+# read again until the dump has as many services as it, none twice (bounded; the last read is
+# kept, and a real change between the two reads only costs a retry).
+IPVSADM_SAVE = (
+    "for try in 1 2 3 4 5 6 7 8; do"
+    " s=$(ipvsadm -S -n 2>/dev/null);"
+    " a=$(printf '%s\\n' \"$s\" | grep -c '^-A');"
+    " u=$(printf '%s\\n' \"$s\" | grep '^-A' | sort -u | grep -c .);"
+    " p=$(grep -cE '^(TCP|UDP|SCTP|FWM) ' /proc/net/ip_vs 2>/dev/null);"
+    ' [ "$a" = "$u" ] && [ "$a" = "${p:-0}" ] && break;'
+    " done; printf '%s\\n' \"$s\""
+)
+
 
 def sh(args: list[str], stdin: str | None = None, check: bool = True) -> str:
     p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300)
@@ -503,7 +520,7 @@ class KubeProxy:
         )
 
     def _ipvs_state(self) -> str:
-        return ns_run(self.net.ns, "ipset", "save") + ns_run(self.net.ns, "ipvsadm", "-S", "-n")
+        return ns_run(self.net.ns, "ipset", "save") + ns_run(self.net.ns, "sh", "-c", IPVSADM_SAVE)
 
     def _wait_settled(self, deadline: float) -> None:
         """Until a further sync of every family changes neither the sets nor IPVS.

@@ -12,7 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from tests.realkp.node import NodeNet, ns_run
+from tests.realkp.node import IPVSADM_SAVE, NodeNet, ns_run
 
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 BACKENDS = ("legacy", "nft")
@@ -61,7 +61,7 @@ def _ipvs_name(words: list[str]) -> str:
 
 
 def read_ipvs(ns: str) -> tuple[dict[str, list[str]], dict[str, str]]:
-    return parse_ipvs(ns_run(ns, "ipvsadm", "-S", "-n", check=False))
+    return parse_ipvs(ns_run(ns, "sh", "-c", IPVSADM_SAVE, check=False))
 
 
 def parse_ipvs(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -154,7 +154,7 @@ def parse_links(link_text: str, addr_text: str) -> tuple[dict[str, str], dict[st
 
 _SCRIPT = "; ".join(
     [
-        "echo @@ipvs; ipvsadm -S -n 2>/dev/null",
+        f"echo @@ipvs; {IPVSADM_SAVE}",
         "echo @@ipset; ipset save",
         *(f"echo @@{b}/{f}; {_save_tool(b, f)} 2>/dev/null" for b in BACKENDS for f in FAMILIES),
         "echo @@nft; nft -s list ruleset",
