@@ -26,6 +26,10 @@ from agent.readers.ipvs_proc import (
     Tally as Tally,
 )
 from agent.readers.ipvs_proc import (
+    counted,
+    service_count,
+)
+from agent.readers.ipvs_proc import (
     proc_dest_counts as proc_dest_counts,
 )
 from agent.readers.ipvs_proc import (
@@ -85,6 +89,7 @@ from agent.readers.ipvs_wire import (
 )
 from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
+    DUMP_ATTEMPTS,
     NLA_HEADER,
     NLA_KIND,
     DumpInterrupted,
@@ -257,6 +262,7 @@ def _read() -> tuple[IpvsService, ...]:
             raise Absent("kernel has no IPVS") from exc
         raise
     with genl:
+        before = service_count()
         found = [
             service_of(p) for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")
         ]
@@ -266,13 +272,13 @@ def _read() -> tuple[IpvsService, ...]:
         }
         # read after the service dump: a service added in between is dumped below
         tally = read_proc_tally()
-        _check_dump(found, tally)
+        _check_dump(found, tally, before, service_count())
         for svc in found:
-            counted = tally.get(proc_key(svc))
+            listed = tally.get(proc_key(svc))
             dests: Sequence[IpvsDest]
-            if counted is not None:
-                dests = CountedDests(counted[0])
-                active, inactive = counted[1], counted[2]
+            if listed is not None:
+                dests = CountedDests(listed[0])
+                active, inactive = listed[1], listed[2]
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
@@ -286,37 +292,54 @@ def _read() -> tuple[IpvsService, ...]:
     return tuple(found)
 
 
-def _check_dump(found: Sequence[IpvsService], listed: Collection[ProcKey]) -> None:
+def _check_dump(
+    found: Sequence[IpvsService],
+    listed: Collection[ProcKey],
+    before: int | None = None,
+    after: int | None = None,
+) -> None:
     """Refuse a service dump that skipped or repeated a service. The kernel resumes each part
     of the dump by position in one table of every namespace's services
     (ip_vs_genl_dump_services) and never sets NLM_F_DUMP_INTR: a service added or removed in
     any namespace between two parts shifts the position, and this namespace's dump misses one
-    or lists one twice without a word. /proc/net/ip_vs, read after the dump, counts only this
-    namespace: a service it lists that the dump lacks was skipped (or is new), so read again."""
+    or lists one twice without a word. The kernel's count of this namespace's services
+    (service_count, before and after) must equal the dump's; /proc/net/ip_vs, read after the
+    dump, resumes its pages the same way, so a service it lists that the dump lacks also
+    means read again (or that it is new)."""
     dumped = {(svc.family, proc_key(svc)) for svc in found}
     if len(dumped) != len(found):
         raise DumpInterrupted("the IPVS service dump listed a virtual server twice")
+    if not counted(len(found), before, after):
+        raise DumpInterrupted(
+            f"the IPVS service dump listed {len(found)} virtual servers, the kernel counts "
+            f"{before} then {after}"
+        )
     keys = {key for _, key in dumped}
     if any(key not in keys for key in listed):
         raise DumpInterrupted("the IPVS service dump missed a virtual server /proc/net/ip_vs lists")
 
 
 def _read_summary() -> tuple[IpvsService, ...]:
-    """The services as /proc/net/ip_vs lists them (proc_services), or the netlink read when
-    it cannot name each one exactly."""
+    """The services as /proc/net/ip_vs lists them (proc_services), when it lists as many as
+    the kernel counts; else the checked netlink read: /proc cannot name each one exactly,
+    or it kept skipping services while other namespaces changed theirs (ipvs_proc)."""
     if presence("ip_vs") is Presence.ABSENT:
         raise Absent("ip_vs module not loaded")
-    try:
-        with open(PROC_IPVS) as lines:
-            parsed = proc_services(lines)
-    except (OSError, ValueError):
-        parsed = None
-    if parsed is None:
-        return consistent(_read)
-    services, counts = parsed
-    for svc, count in zip(services, counts, strict=True):
-        object.__setattr__(svc, "dests", CountedDests(count))
-    return tuple(services)
+    for _ in range(DUMP_ATTEMPTS):
+        before = service_count()
+        try:
+            with open(PROC_IPVS) as lines:
+                parsed = proc_services(lines)
+        except (OSError, ValueError):
+            parsed = None
+        if parsed is None:
+            break
+        services, counts = parsed
+        if counted(len(services), before, service_count()):
+            for svc, count in zip(services, counts, strict=True):
+                object.__setattr__(svc, "dests", CountedDests(count))
+            return tuple(services)
+    return consistent(_read)
 
 
 def read(detail: bool = True) -> Reading[tuple[IpvsService, ...]]:
