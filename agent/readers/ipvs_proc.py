@@ -7,10 +7,10 @@ namespace's virtual servers share one table, and both the netlink dump and this 
 each part (a 4 KiB page of this file) by position in that table: a service added or removed
 in another namespace between two parts makes this namespace's listing skip or repeat one.
 Measured in the VM (tests/vm/test_ipvs_dump_churn.py), a static namespace of 120 services,
-five others adding and removing: this file listed 62-119 of the 120 in 80 reads of 80, the
-netlink dump 149-151 of 150 in 5 of 60. `service_count` is the kernel's own count for this
-namespace (one getsockopt, exact): a listing is taken as whole only when it holds that many
-distinct services, the count the same before and after."""
+five others adding and deleting twenty each: this file listed 62-119 of the 120 in 80 reads
+of 80, the netlink dump 149-151 of 150 in 5 reads of 60. agent/readers/ipvs.py takes a
+listing as whole only when a second one made with other resume points agrees, and the
+kernel's count of IPv4 services (ipv4_service_count) with both."""
 
 from __future__ import annotations
 
@@ -25,17 +25,18 @@ from agent.snapshot import IpVersion, IpvsDest, IpvsProtocol, IpvsService
 
 PROC_IPVS = "/proc/net/ip_vs"
 # IP_VS_SO_GET_INFO = IP_VS_BASE_CTL + 1 (include/uapi/linux/ip_vs.h); its answer is struct
-# ip_vs_getinfo {version, size, num_services}, num_services this namespace's
-# (do_ip_vs_get_ctl). Any AF_INET socket reaches it (ip_getsockopt hands unknown options to
-# nf_getsockopt), so no raw socket and no CAP_NET_RAW; it needs CAP_NET_ADMIN, as the dump.
+# ip_vs_getinfo {version, size, num_services}. Any AF_INET socket reaches it (ip_getsockopt
+# hands unknown options to nf_getsockopt): no raw socket, no CAP_NET_RAW; CAP_NET_ADMIN, as
+# the dump.
 _IP_VS_SO_GET_INFO = 64 + 1024 + 64 + 1
 _GETINFO = struct.Struct("=III")
 
 
-def service_count() -> int | None:
-    """How many virtual servers this namespace has, as the kernel counts them; None when it
-    cannot say (ip_vs not loaded, no permission): the caller then trusts its listing as
-    before."""
+def ipv4_service_count() -> int | None:
+    """How many IPv4 virtual servers this namespace has, as the kernel counts them (exact,
+    one getsockopt); None when it cannot say (ip_vs not loaded, no permission). IPv4 only:
+    ip_vs_add_service counts "only IPv4 services for old get/setsockopt interface"
+    (ipvs->num_services, 6.1), so it cannot vouch for IPv6 ones."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             raw = sock.getsockopt(socket.IPPROTO_IP, _IP_VS_SO_GET_INFO, _GETINFO.size)
@@ -44,14 +45,6 @@ def service_count() -> int | None:
     if len(raw) != _GETINFO.size:
         return None
     return int(_GETINFO.unpack(raw)[2])
-
-
-def counted(listed: int, before: int | None, after: int | None) -> bool:
-    """A listing of `listed` distinct services is whole: the kernel counted as many before
-    and after it (or cannot count, and the listing is all there is)."""
-    if before is None or after is None:
-        return True
-    return before == after == listed
 
 
 ProcKey = tuple[IpvsProtocol | int, str, int] | tuple[Literal["FWM"], int]
@@ -102,30 +95,18 @@ def proc_tally(lines: Iterable[str]) -> dict[ProcKey, Tally]:
     """Real servers and their connections per virtual server in /proc/net/ip_vs: keyed by
     (protocol, address, port), or ("FWM", mark). A key seen twice (an IPv4 and an IPv6
     fwmark service with one mark) is left out: the caller asks netlink for those."""
-    return proc_listing(lines)[0]
-
-
-def proc_listing(lines: Iterable[str]) -> tuple[dict[ProcKey, Tally], int]:
-    """proc_tally, and how many services the file listed, to hold against service_count (a
-    line of a protocol this reader cannot name counts too; an IPv4 and an IPv6 fwmark
-    service with one mark count two). Any other key listed twice is the listing repeating a
-    service, as it does when it skipped one for it: then -1, which no count matches."""
     tally: dict[ProcKey, Tally] = {}
     twice: set[ProcKey] = set()
-    listed = 0
-    repeated = False
     for words, dests in _proc_blocks(lines):
-        listed += 1
         key = _proc_service_key(words)
         if key is None:
             continue
         if key in tally:
-            repeated = repeated or key[0] != "FWM" or key in twice
             twice.add(key)
         tally[key] = (len(dests), *_conns(dests))
     for key in twice:
         del tally[key]
-    return tally, -1 if repeated else listed
+    return tally
 
 
 def proc_dest_counts(lines: Iterable[str]) -> dict[ProcKey, int]:
@@ -259,11 +240,6 @@ def read_proc_tally() -> dict[ProcKey, Tally]:
         return {}
 
 
-# How often a listing the kernel's count disproves is read again before the reader gives up
-# (netlink.DUMP_ATTEMPTS, not imported here to keep this module free of the netlink one).
-PROC_ATTEMPTS = 4
-
-
 def read_proc_dest_counts() -> dict[ProcKey, int]:  # read_proc_tally's first numbers
     return {key: t[0] for key, t in read_proc_tally().items()}
 
@@ -271,19 +247,9 @@ def read_proc_dest_counts() -> dict[ProcKey, int]:  # read_proc_tally's first nu
 def read_connections() -> dict[ProcKey, tuple[int, int]]:
     """The active and inactive connections of every virtual server /proc/net/ip_vs lists,
     read again (the cleanup's wait for them to drain). OSError or ValueError when the file
-    cannot be read or parsed, or keeps listing other than the kernel's count of services
-    (the caller takes a service it does not list as gone): an unknown count is never taken
-    for none."""
-    for _ in range(PROC_ATTEMPTS):
-        before = service_count()
-        with open(PROC_IPVS) as lines:
-            tally, listed = proc_listing(lines)
-        if counted(listed, before, service_count()):
-            return {key: (t[1], t[2]) for key, t in tally.items()}
-    raise ValueError(
-        f"{PROC_IPVS} listed other than the kernel's count of virtual servers "
-        f"{PROC_ATTEMPTS} times in a row (another namespace is changing IPVS)"
-    )
+    cannot be read or parsed: an unknown count is never taken for none."""
+    with open(PROC_IPVS) as lines:
+        return {key: (t[1], t[2]) for key, t in proc_tally(lines).items()}
 
 
 def proc_key(svc: IpvsService) -> ProcKey:

@@ -171,32 +171,24 @@ def test_protocols_without_a_model_name_are_keyed_by_their_number() -> None:
     assert proc_dest_counts(io.StringIO(head + "ERR!  0A600001:01BB rr\n")) == {}
 
 
-# --- a listing held against the kernel's count (service_count) ---------------------------
-
-
-def test_a_listing_counts_its_services_and_a_repeated_one_matches_no_count() -> None:
-    from agent.readers.ipvs_proc import counted, proc_listing
-
-    tally, listed = proc_listing(io.StringIO(PROC))
-    assert listed == 7  # FWM 200 for IPv4 and IPv6 is two services
-    assert counted(listed, 7, 7)
-    assert not counted(listed, 8, 8)  # one skipped, as a page resumed after another
-    assert not counted(listed, 7, 8)  # the namespace changed during the read
-    assert counted(listed, None, None)  # the kernel cannot count: the listing is all there is
-    twice = PROC.replace("SCTP  AC100005:2328 rr\n", "TCP  0A600001:01BB rr\n")
-    assert proc_listing(io.StringIO(twice))[1] == -1  # a repeat stands in for a skip
-
-
-def test_a_dump_that_lists_fewer_than_the_kernel_counts_is_read_again() -> None:
+def test_a_listing_another_disagrees_with_or_the_ipv4_count_disproves_is_read_again() -> None:
     import pytest
 
     from agent.readers.ipvs import _check_dump
     from agent.readers.netlink import DumpInterrupted
     from agent.snapshot import IpvsService
 
-    found = [IpvsService(4, "TCP", f"10.96.0.{i}", 80, None, "rr", 2, 0) for i in range(3)]
-    _check_dump(found, [], 3, 3)
-    _check_dump(found, [], None, None)
-    for before, after in ((4, 4), (3, 4), (2, 2)):
-        with pytest.raises(DumpInterrupted, match="the kernel counts"):
-            _check_dump(found, [], before, after)
+    v4 = [IpvsService(4, "TCP", f"10.96.0.{i}", 80, None, "rr", 2, 0) for i in range(3)]
+    v6 = [IpvsService(6, "TCP", "fd00:96::1", 80, None, "rr", 2, 0)]
+    _check_dump(v4 + v6, v6 + v4, 3, 3)  # the count is of IPv4 services only
+    _check_dump(v4 + v6, v4 + v6, None, None)  # the kernel cannot count: two listings agree
+    for again, before, after, said in (
+        (v4, 3, 3, "disagree"),  # the second skipped the IPv6 one
+        (v4 + v6 + v6, 3, 3, "disagree"),
+        (v4 + v6, 4, 4, "the kernel counts"),  # both skipped the same IPv4 one
+        (v4 + v6, 3, 4, "the kernel counts"),  # one added during the reads
+    ):
+        with pytest.raises(DumpInterrupted, match=said):
+            _check_dump(v4 + v6, again, before, after)
+    with pytest.raises(DumpInterrupted, match="twice"):
+        _check_dump(v4 + v4[:1], v4, 3, 3)
