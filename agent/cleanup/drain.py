@@ -81,9 +81,10 @@ def reread(
     services: list[IpvsService],
     read: Callable[[], Mapping[ipvs.ProcKey, tuple[int, int]]] | None = None,
 ) -> Connections:
-    """The same virtual servers' connections read again (by default from /proc/net/ip_vs);
-    one no longer listed has none (it is gone, and its connections with it)."""
-    now = (read or ipvs.read_connections)()
+    """The same virtual servers' connections read again (by default ipvs.connections_of:
+    /proc/net/ip_vs, and netlink by key for one /proc does not list); one no longer there
+    has none (it is gone, and its connections with it)."""
+    now = read() if read is not None else ipvs.connections_of(services)
     rows = []
     for s in services:
         active, inactive = now.get(ipvs.proc_key(s), (0, 0))

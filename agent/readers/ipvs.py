@@ -13,7 +13,7 @@ import errno
 import functools
 import socket
 import struct
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from agent.readers._timing import Absent, timed
 from agent.readers.ipvs_proc import (
@@ -25,6 +25,7 @@ from agent.readers.ipvs_proc import (
 from agent.readers.ipvs_proc import (
     Tally as Tally,
 )
+from agent.readers.ipvs_proc import ipv4_service_count
 from agent.readers.ipvs_proc import (
     proc_dest_counts as proc_dest_counts,
 )
@@ -85,6 +86,7 @@ from agent.readers.ipvs_wire import (
 )
 from agent.readers.kernel import Presence, presence
 from agent.readers.netlink import (
+    DUMP_ATTEMPTS,
     NLA_HEADER,
     NLA_KIND,
     DumpInterrupted,
@@ -257,22 +259,23 @@ def _read() -> tuple[IpvsService, ...]:
             raise Absent("kernel has no IPVS") from exc
         raise
     with genl:
-        found = [
-            service_of(p) for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")
-        ]
+        found = _whole_listing(genl)
         decode = {
             4: functools.partial(parse_dest, service_family=socket.AF_INET),
             6: functools.partial(parse_dest, service_family=socket.AF_INET6),
         }
-        # read after the service dump: a service added in between is dumped below
+        # read after the service dumps: a service added in between is dumped below
         tally = read_proc_tally()
-        _check_dump(found, tally)
+        if any(key not in {proc_key(svc) for svc in found} for key in tally):
+            raise DumpInterrupted(
+                "the IPVS service dump missed a virtual server /proc/net/ip_vs lists"
+            )
         for svc in found:
-            counted = tally.get(proc_key(svc))
+            listed = tally.get(proc_key(svc))
             dests: Sequence[IpvsDest]
-            if counted is not None:
-                dests = CountedDests(counted[0])
-                active, inactive = counted[1], counted[2]
+            if listed is not None:
+                dests = CountedDests(listed[0])
+                active, inactive = listed[1], listed[2]
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
                 key = service_key(svc)
                 raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
@@ -286,37 +289,101 @@ def _read() -> tuple[IpvsService, ...]:
     return tuple(found)
 
 
-def _check_dump(found: Sequence[IpvsService], listed: Collection[ProcKey]) -> None:
-    """Refuse a service dump that skipped or repeated a service. The kernel resumes each part
-    of the dump by position in one table of every namespace's services
-    (ip_vs_genl_dump_services) and never sets NLM_F_DUMP_INTR: a service added or removed in
-    any namespace between two parts shifts the position, and this namespace's dump misses one
-    or lists one twice without a word. /proc/net/ip_vs, read after the dump, counts only this
-    namespace: a service it lists that the dump lacks was skipped (or is new), so read again."""
+def connections_of(services: Sequence[IpvsService]) -> dict[ProcKey, tuple[int, int]]:
+    """The active and inactive connections through these virtual servers now (the cleanup's
+    drain wait): /proc/net/ip_vs, and for a service it does not list, which it may skip while
+    other namespaces change theirs (ipvs_proc), the netlink dump of that service's real
+    servers, asked by its key (no position to lose); a service the kernel no longer has
+    dumps none. OSError or ValueError when either cannot be read: an unknown count is never
+    taken for none."""
+    now = read_connections()
+    missing = [s for s in services if proc_key(s) not in now]
+    if not missing:
+        return now
+    with GenericNetlink("IPVS") as genl:
+        for svc in missing:
+            af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
+            dump = genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, service_key(svc))
+            dests = [parse_dest(p, service_family=af) for p in dump]
+            now[proc_key(svc)] = (
+                sum(d.active_conns for d in dests),
+                sum(d.inactive_conns for d in dests),
+            )
+    return now
+
+
+def _dump_services(genl: GenericNetlink) -> list[IpvsService]:
+    return [service_of(p) for p in genl.request(genl.family_id, CMD_GET_SERVICE, GENL_VERSION, b"")]
+
+
+def _whole_listing(genl: GenericNetlink) -> list[IpvsService]:
+    """The services of one dump that a second dump and the kernel's IPv4 count vouch for."""
+    before = ipv4_service_count()
+    first = _dump_services(genl)
+    second = _dump_services(genl)
+    _check_dump(first, second, before, ipv4_service_count())
+    return first
+
+
+def _check_dump(
+    found: Sequence[IpvsService],
+    again: Sequence[IpvsService],
+    before: int | None,
+    after: int | None,
+) -> None:
+    """Refuse a service listing that skipped or repeated a service. The kernel resumes each
+    part of a dump (and each page of /proc/net/ip_vs) by position in one table of every
+    namespace's services (ip_vs_genl_dump_services) and never sets NLM_F_DUMP_INTR: a service
+    added or removed in any namespace between two parts shifts the position, and this
+    namespace's listing misses one or lists one twice without a word. A second listing,
+    whose parts end elsewhere, must agree, and the kernel's count of IPv4 services (before
+    and after) must be the listing's."""
     dumped = {(svc.family, proc_key(svc)) for svc in found}
     if len(dumped) != len(found):
         raise DumpInterrupted("the IPVS service dump listed a virtual server twice")
-    keys = {key for _, key in dumped}
-    if any(key not in keys for key in listed):
-        raise DumpInterrupted("the IPVS service dump missed a virtual server /proc/net/ip_vs lists")
+    if dumped != {(svc.family, proc_key(svc)) for svc in again} or len(again) != len(found):
+        raise DumpInterrupted("two IPVS service listings disagree")
+    ipv4 = sum(1 for svc in found if svc.family == 4)
+    if before is not None and not before == after == ipv4:
+        raise DumpInterrupted(
+            f"the IPVS service listing holds {ipv4} IPv4 virtual servers, the kernel counts "
+            f"{before} then {after}"
+        )
 
 
 def _read_summary() -> tuple[IpvsService, ...]:
-    """The services as /proc/net/ip_vs lists them (proc_services), or the netlink read when
-    it cannot name each one exactly."""
+    """The services as /proc/net/ip_vs lists them (proc_services), when one netlink service
+    dump and the kernel's IPv4 count agree with it (its pages and the dump's parts end at
+    other services, so one skip does not hide another); else the checked netlink read: /proc
+    cannot name each one exactly, or it kept skipping services while other namespaces
+    changed theirs (ipvs_proc)."""
     if presence("ip_vs") is Presence.ABSENT:
         raise Absent("ip_vs module not loaded")
     try:
-        with open(PROC_IPVS) as lines:
-            parsed = proc_services(lines)
-    except (OSError, ValueError):
-        parsed = None
-    if parsed is None:
-        return consistent(_read)
-    services, counts = parsed
-    for svc, count in zip(services, counts, strict=True):
-        object.__setattr__(svc, "dests", CountedDests(count))
-    return tuple(services)
+        genl = GenericNetlink("IPVS")
+    except NetlinkError as exc:
+        if exc.errno == errno.ENOENT:
+            raise Absent("kernel has no IPVS") from exc
+        raise
+    with genl:
+        for _ in range(DUMP_ATTEMPTS):
+            before = ipv4_service_count()
+            try:
+                with open(PROC_IPVS) as lines:
+                    parsed = proc_services(lines)
+            except (OSError, ValueError):
+                parsed = None
+            if parsed is None:
+                break
+            services, counts = parsed
+            try:
+                _check_dump(services, _dump_services(genl), before, ipv4_service_count())
+            except DumpInterrupted:
+                continue
+            for svc, count in zip(services, counts, strict=True):
+                object.__setattr__(svc, "dests", CountedDests(count))
+            return tuple(services)
+    return consistent(_read)
 
 
 def read(detail: bool = True) -> Reading[tuple[IpvsService, ...]]:

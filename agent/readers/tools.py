@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import selectors
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+# subprocess (with selectors, signal and locale) and fcntl are imported by the functions that
+# start a tool: the CLI's options and every reader import this module, and an audit of a node
+# with no iptables table runs no tool at all.
+if TYPE_CHECKING:
+    import selectors
+    import subprocess
 
 PACKAGES = {
     "iptables": "iptables",
@@ -95,6 +99,9 @@ class _Input:
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]:
+    import fcntl  # imported here: audit's cold start does not need it, measured in bench/README.md
+    import subprocess  # imported here: as fcntl
+
     proc = subprocess.Popen(
         [which(args[0]), *args[1:]],
         stdin=subprocess.PIPE,
@@ -113,6 +120,19 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[byte
     return proc, stdin, stdout, stderr
 
 
+def _selector(
+    stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], out: bytearray, err: bytearray
+) -> selectors.BaseSelector:
+    """Writable stdin; stdout and stderr readable, each with the buffer it is read into."""
+    import selectors  # imported here: audit's cold start does not need it, bench/README.md
+
+    sel = selectors.DefaultSelector()
+    sel.register(stdin, selectors.EVENT_WRITE)
+    sel.register(stdout, selectors.EVENT_READ, out)
+    sel.register(stderr, selectors.EVENT_READ, err)
+    return sel
+
+
 def load(
     args: list[str],
     text: str,
@@ -125,13 +145,12 @@ def load(
     `stall` seconds, or when it has not exited `stall` seconds plus SECONDS_PER_LINE a line
     after taking the last of it (it is then applying what it read). `progress` is called with
     the seconds elapsed and the share of the input taken, every PROGRESS_EVERY seconds."""
+    import subprocess  # imported here: audit's cold start does not need it, bench/README.md
+
     after_input = stall + SECONDS_PER_LINE * text.count("\n")
     proc, stdin, stdout, stderr = _start(args)
     out, err = bytearray(), bytearray()
-    sel = selectors.DefaultSelector()
-    sel.register(stdin, selectors.EVENT_WRITE)
-    sel.register(stdout, selectors.EVENT_READ, out)
-    sel.register(stderr, selectors.EVENT_READ, err)
+    sel = _selector(stdin, stdout, stderr, out, err)
     started = time.monotonic()
     feed = _Input(text.encode(), stdin, sel, last=started)
     report = started + PROGRESS_EVERY
@@ -175,6 +194,8 @@ def load(
 
 def run(args: list[str], stdin: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> str:
     """Run a tool with the C locale; its stdout, or ToolError with its stderr."""
+    import subprocess  # imported here: audit's cold start does not need it, bench/README.md
+
     cmd = [which(args[0]), *args[1:]]
     proc = subprocess.Popen(
         cmd,

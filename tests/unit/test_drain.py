@@ -165,7 +165,7 @@ def test_the_drain_refuses_with_exit_5_and_the_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        drain.ipvs, "read_connections", lambda: {("TCP", "10.96.7.7", 5432): (1, 0)}
+        drain.ipvs, "connections_of", lambda _: {("TCP", "10.96.7.7", 5432): (1, 0)}
     )
     plan = plan_of(svc("10.96.7.7", 5432, 2))
     said: list[str] = []
@@ -186,13 +186,13 @@ def test_the_drain_goes_on_when_told_to_cut_or_when_they_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        drain.ipvs, "read_connections", lambda: {("TCP", "10.96.7.7", 5432): (1, 0)}
+        drain.ipvs, "connections_of", lambda _: {("TCP", "10.96.7.7", 5432): (1, 0)}
     )
     plan = plan_of(svc("10.96.7.7", 5432, 2))
     settings = _settings(tmp_path, drain_timeout=0.0, cut_connections=True)
     done = procedure._drain(plan, settings, lambda _: None, Stop())
     assert done.connections.active == 2  # no wait: the plan's own reading
-    monkeypatch.setattr(drain.ipvs, "read_connections", lambda: {})
+    monkeypatch.setattr(drain.ipvs, "connections_of", lambda _: {})
     done = procedure._drain(plan, _settings(tmp_path, drain_timeout=5.0), lambda _: None, Stop())
     assert done.connections.active == 0 and done.waited < 5
 
@@ -200,10 +200,10 @@ def test_the_drain_goes_on_when_told_to_cut_or_when_they_closed(
 def test_an_unreadable_count_is_an_error_never_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unreadable() -> dict[object, tuple[int, int]]:
+    def unreadable(_: object) -> dict[object, tuple[int, int]]:
         raise OSError("No such file or directory")
 
-    monkeypatch.setattr(drain.ipvs, "read_connections", unreadable)
+    monkeypatch.setattr(drain.ipvs, "connections_of", unreadable)
     plan = plan_of(svc("10.96.7.7", 5432, 1))
     with pytest.raises(procedure.CleanupError, match="cannot read the IPVS connections"):
         procedure._drain(plan, _settings(tmp_path, drain_timeout=0.1), lambda _: None, Stop())

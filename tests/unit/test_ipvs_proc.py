@@ -169,3 +169,26 @@ def test_protocols_without_a_model_name_are_keyed_by_their_number() -> None:
         (51, "10.96.0.1", 0)
     ]
     assert proc_dest_counts(io.StringIO(head + "ERR!  0A600001:01BB rr\n")) == {}
+
+
+def test_a_listing_another_disagrees_with_or_the_ipv4_count_disproves_is_read_again() -> None:
+    import pytest
+
+    from agent.readers.ipvs import _check_dump
+    from agent.readers.netlink import DumpInterrupted
+    from agent.snapshot import IpvsService
+
+    v4 = [IpvsService(4, "TCP", f"10.96.0.{i}", 80, None, "rr", 2, 0) for i in range(3)]
+    v6 = [IpvsService(6, "TCP", "fd00:96::1", 80, None, "rr", 2, 0)]
+    _check_dump(v4 + v6, v6 + v4, 3, 3)  # the count is of IPv4 services only
+    _check_dump(v4 + v6, v4 + v6, None, None)  # the kernel cannot count: two listings agree
+    for again, before, after, said in (
+        (v4, 3, 3, "disagree"),  # the second skipped the IPv6 one
+        (v4 + v6 + v6, 3, 3, "disagree"),
+        (v4 + v6, 4, 4, "the kernel counts"),  # both skipped the same IPv4 one
+        (v4 + v6, 3, 4, "the kernel counts"),  # one added during the reads
+    ):
+        with pytest.raises(DumpInterrupted, match=said):
+            _check_dump(v4 + v6, again, before, after)
+    with pytest.raises(DumpInterrupted, match="twice"):
+        _check_dump(v4 + v4[:1], v4, 3, 3)

@@ -166,6 +166,44 @@ def test_audit_imports_no_pathlib_or_shutil_and_its_compressors() -> None:
     assert not mods & {"pathlib", "shutil", "zlib", "bz2", "lzma", "fnmatch"}
 
 
+# What the audit command must not import on its way in (`audit --help`, then the modules its
+# run imports at the top): each is another command's (the metrics server, the cleanup, the
+# fleet's clients) or is needed only once a tool runs (subprocess with signal, and fcntl: a
+# network namespace with no iptables table runs none). Not listed, as imported anyway: locale
+# (click's gettext) and selectors (socket). Measured in bench/README.md, "Cold start imports".
+NOT_FOR_AUDIT = {
+    "prometheus_client",
+    "pyroute2",
+    "yaml",
+    "kubernetes",
+    "http.server",
+    "http.client",
+    "ssl",
+    "shutil",
+    "agent.cleanup",
+    "agent.views.metrics",
+    "agent.views.server",
+    "agent.views.checks",
+    "subprocess",
+    "signal",
+    "fcntl",
+}
+
+
+def test_the_audit_command_imports_nothing_only_other_commands_or_a_tool_run_need() -> None:
+    """The group's and audit's options parsed as `ipvs-leftovers audit --json` parses them (not
+    --help: click's help formatter imports shutil), then what audit's run imports."""
+    mods = _modules_after(
+        "from agent.cli import main\n"
+        "ctx = main.make_context('ipvs-leftovers', ['audit', '--json'])\n"
+        "main.get_command(ctx, 'audit').make_context('audit', ['--json'], parent=ctx)\n"
+        "import agent.cli.permissions, agent.collect, agent.classify, agent.collection, "
+        "agent.views.report"
+    )
+    assert {"agent.cli.audit", "agent.readers.tools", "agent.readers.iptables"} <= mods
+    assert sorted(mods & NOT_FOR_AUDIT) == []
+
+
 def test_which_finds_the_first_executable_file_and_skips_the_current_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
