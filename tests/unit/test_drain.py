@@ -308,3 +308,58 @@ def test_audit_counts_the_connections_apart_from_the_objects() -> None:
     assert (
         "  IPVS connections: 3 active, 1 inactive (foreign: 7 / 2)" in render(snap, c).splitlines()
     )
+
+
+def test_connections_of_asks_by_key_and_adds_up_fwmark_services_of_both_families(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service /proc did not list is asked for by key, never taken for none; a FWM line
+    names no family, so an IPv4 and an IPv6 service with one mark are both asked for and
+    their connections added up (the later answer must not hide the earlier one)."""
+    from types import SimpleNamespace
+
+    from agent.readers import ipvs
+    from agent.snapshot import IpvsService
+
+    tcp = IpvsService(4, "TCP", "10.96.0.1", 80, None, "rr", 2, 0)
+    skipped = IpvsService(4, "TCP", "10.96.0.2", 80, None, "rr", 2, 0)
+    mark4 = IpvsService(4, "TCP", None, None, 7, "rr", 2, 0)
+    mark6 = IpvsService(6, "TCP", None, None, 7, "rr", 2, 0)
+    answers = {  # per service key: the (active, inactive) of each real server
+        ipvs.service_key(skipped): [(3, 1)],
+        ipvs.service_key(mark4): [(5, 0), (1, 0)],
+        ipvs.service_key(mark6): [(0, 2)],
+    }
+    asked: list[bytes] = []
+
+    class FakeGenl:
+        family_id = 1
+
+        def __init__(self, name: str) -> None:
+            assert name == "IPVS"
+
+        def __enter__(self) -> FakeGenl:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def request(self, family: int, cmd: int, version: int, key: bytes) -> list[object]:
+            asked.append(key)
+            return list(answers[key])
+
+    monkeypatch.setattr(ipvs, "GenericNetlink", FakeGenl)
+    monkeypatch.setattr(
+        ipvs,
+        "parse_dest",
+        lambda p, service_family: SimpleNamespace(active_conns=p[0], inactive_conns=p[1]),
+    )
+    # /proc lists the first service and one FWM line (one family's, or the two's: unknown)
+    monkeypatch.setattr(
+        ipvs, "read_connections", lambda: {ipvs.proc_key(tcp): (2, 2), ("FWM", 7): (6, 0)}
+    )
+    now = ipvs.connections_of([tcp, skipped, mark4, mark6])
+    assert now[ipvs.proc_key(tcp)] == (2, 2)  # listed: not asked
+    assert now[ipvs.proc_key(skipped)] == (3, 1)
+    assert now[("FWM", 7)] == (6, 2)
+    assert sorted(asked) == sorted(answers)
