@@ -249,16 +249,20 @@ class RealServers:
         self.close()
 
 
-def _read() -> tuple[IpvsService, ...]:
+def _ipvs_socket() -> GenericNetlink:
+    """A socket of the IPVS generic netlink family; Absent when the kernel has none."""
     if presence("ip_vs") is Presence.ABSENT:
         raise Absent("ip_vs module not loaded")
     try:
-        genl = GenericNetlink("IPVS")
+        return GenericNetlink("IPVS")
     except NetlinkError as exc:
         if exc.errno == errno.ENOENT:
             raise Absent("kernel has no IPVS") from exc
         raise
-    with genl:
+
+
+def _read() -> tuple[IpvsService, ...]:
+    with _ipvs_socket() as genl:
         found = _whole_listing(genl)
         decode = {
             4: functools.partial(parse_dest, service_family=socket.AF_INET),
@@ -377,15 +381,7 @@ def _read_summary() -> tuple[IpvsService, ...]:
     other services, so one skip does not hide another); else the checked netlink read: /proc
     cannot name each one exactly, or it kept skipping services while other namespaces
     changed theirs (ipvs_proc)."""
-    if presence("ip_vs") is Presence.ABSENT:
-        raise Absent("ip_vs module not loaded")
-    try:
-        genl = GenericNetlink("IPVS")
-    except NetlinkError as exc:
-        if exc.errno == errno.ENOENT:
-            raise Absent("kernel has no IPVS") from exc
-        raise
-    with genl:
+    with _ipvs_socket() as genl:
         for _ in range(DUMP_ATTEMPTS):
             before = ipv4_service_count()
             try:
