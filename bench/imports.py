@@ -3,15 +3,16 @@
     sudo .venv/bin/python -m bench.imports BEFORE AFTER [--runs 15]
 
 BEFORE and AFTER are checkouts (e.g. `git worktree add /tmp/ipvs-leftovers-main main`). Each
-round times, one after the other, `python -m agent.cli audit --help` and `audit --json` (in a
+round times, one after the other, `ipvs-leftovers audit --help` and `audit --json` (in a
 network namespace of its own, made here and deleted at the end) of both, alternating which
 goes first, so the two share the same moments of a noisy machine. Prints each one's median and
 the ratio AFTER/BEFORE: on a shared host only the ratio means something.
 
-Both run with this interpreter and its site-packages (the pinned dependencies), the checkout
-first on the path and without `site` (-S), as an installed agent imports (the editable
-install's import hook alone costs pathlib and urllib.parse); their bytecode is compiled once,
-into a temporary folder, before the rounds. Without root only `audit --help` is timed.
+Each checkout's `agent/` is installed into a venv of its own in a temporary folder, the way
+the image's wheel install lays it out (bench/install-agent: the package in site-packages,
+compiled, pip's console script; the pinned dependencies from this project's .venv), and its
+`ipvs-leftovers` is what is timed: what a user runs, not the editable checkout (whose import
+hook alone costs pathlib and urllib.parse). Without root only `audit --help` is timed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,9 +33,18 @@ NETNS = f"ipvs-leftovers-imports-{os.getpid()}"
 AUDIT_OK = (0, 1, 4)  # clean, leftovers, a source failed (an empty namespace has no kube-proxy)
 
 
-def _command(measure: str, netns: bool) -> list[str]:
-    cmd = [sys.executable, "-S", "-m", "agent.cli", "audit", f"--{measure}"]
+INSTALL = Path(__file__).resolve().parent / "install-agent"
+
+
+def _command(agent: Path, measure: str, netns: bool) -> list[str]:
+    cmd = [str(agent), "audit", f"--{measure}"]
     return ["ip", "netns", "exec", NETNS, *cmd] if netns else cmd
+
+
+def _install(checkout: Path, into: Path) -> Path:
+    """The checkout's agent/ installed into the venv INTO; its console script."""
+    subprocess.run([str(INSTALL), str(into), str(checkout / "agent")], check=True)
+    return into / "bin" / "ipvs-leftovers"
 
 
 def _cpu() -> float:
@@ -43,24 +52,22 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(checkout: Path, measure: str, env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds, stdout) of one cold run of `audit --MEASURE` from
-    `checkout`. The CPU time (user and system, of the run's processes) waits for no other
-    process: on a shared host it varies less than the wall time."""
-    env = {**env, "PYTHONPATH": os.pathsep.join([str(checkout), env["PYTHONPATH"]])}
+def _run(agent: Path, measure: str) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds, stdout) of one cold run of `AGENT audit --MEASURE`. The
+    CPU time (user and system, of the run's processes) waits for no other process: on a
+    shared host it varies less than the wall time."""
     cpu = _cpu()
     started = time.perf_counter()
     out = subprocess.run(
-        _command(measure, measure == "json"),
-        cwd=checkout,
-        env=env,
+        _command(agent, measure, measure == "json"),
+        cwd="/",
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     seconds, cpu = time.perf_counter() - started, _cpu() - cpu
     if out.returncode not in ((0,) if measure == "help" else AUDIT_OK):
-        raise SystemExit(f"{checkout}: audit --{measure} exited {out.returncode}")
+        raise SystemExit(f"{agent}: audit --{measure} exited {out.returncode}")
     return seconds, cpu, out.stdout
 
 
@@ -72,29 +79,27 @@ def _comparable(text: str) -> str:
 
 
 def measure(before: Path, after: Path, runs: int, measures: Sequence[str]) -> None:
-    with tempfile.TemporaryDirectory(prefix="ipvs-leftovers-pyc-") as pyc:
-        env = {
-            **os.environ,
-            "PYTHONPATH": sysconfig.get_paths()["purelib"],
-            "PYTHONPYCACHEPREFIX": pyc,  # nothing written into the checkouts
+    with tempfile.TemporaryDirectory(prefix="ipvs-leftovers-imports-") as tmp:
+        agents = {
+            "before": _install(before, Path(tmp, "before")),
+            "after": _install(after, Path(tmp, "after")),
         }
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        checkouts = {"before": before, "after": after}
-        # Compile each checkout's bytecode; the two must print the same (read times aside).
+        # A first run of each warms the page cache; the two must print the same (read
+        # times aside).
         for m in measures:
-            seen = {k: _run(c, m, env)[2] for k, c in checkouts.items()}
+            seen = {k: _run(a, m)[2] for k, a in agents.items()}
             if m == "json":
                 seen = {k: _comparable(v) for k, v in seen.items()}
             if seen["before"] != seen["after"]:
                 raise SystemExit(f"the two checkouts' audit --{m} differ")
         times: dict[tuple[str, str], list[tuple[float, float]]] = {
-            (m, k): [] for m in measures for k in checkouts
+            (m, k): [] for m in measures for k in agents
         }
         for i in range(runs):
             order = ("before", "after") if i % 2 == 0 else ("after", "before")
             for m in measures:
                 for k in order:
-                    times[m, k].append(_run(checkouts[k], m, env)[:2])
+                    times[m, k].append(_run(agents[k], m)[:2])
     print(f"median of {runs} cold runs each, interleaved; ratio = after / before")
     print("  wall: ratio of the medians; round: median of each round's ratio; cpu: user+sys")
     head = ("before s", "after s", "wall", "round", "cpu")
