@@ -13,7 +13,7 @@ import errno
 import functools
 import socket
 import struct
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from agent.readers._timing import Absent, timed
 from agent.readers.ipvs_proc import (
@@ -264,10 +264,6 @@ def _ipvs_socket() -> GenericNetlink:
 def _read() -> tuple[IpvsService, ...]:
     with _ipvs_socket() as genl:
         found = _whole_listing(genl)
-        decode = {
-            4: functools.partial(parse_dest, service_family=socket.AF_INET),
-            6: functools.partial(parse_dest, service_family=socket.AF_INET6),
-        }
         # read after the service dumps: a service added in between is dumped below
         tally = read_proc_tally()
         _check_listed(found, tally)
@@ -278,11 +274,8 @@ def _read() -> tuple[IpvsService, ...]:
                 dests = CountedDests(listed[0])
                 active, inactive = listed[1], listed[2]
             else:  # not in /proc/net/ip_vs (gone, new, or ambiguous there): one dump
-                key = service_key(svc)
-                raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, key))
-                dests = LazyDests(raw, decode[svc.family])
-                active = sum(d.active_conns for d in dests)
-                inactive = sum(d.inactive_conns for d in dests)
+                dests = _dests_by_key(genl, svc)
+                active, inactive = _connections(dests)
             # filled in place: dataclasses.replace per service was 4 s of 3 reads at 10,000
             object.__setattr__(svc, "dests", dests)
             object.__setattr__(svc, "active_conns", active)
@@ -316,18 +309,30 @@ def connections_of(services: Sequence[IpvsService]) -> dict[ProcKey, tuple[int, 
     asked: set[ProcKey] = set()
     with GenericNetlink("IPVS") as genl:
         for svc in missing:
-            af = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
-            dump = genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, service_key(svc))
-            dests = [parse_dest(p, service_family=af) for p in dump]
             key = proc_key(svc)
-            # two services on one key (same mark, both families): their sum, never the last
-            active, inactive = now[key] if key in asked else (0, 0)
+            active, inactive = _connections(_dests_by_key(genl, svc))
+            if key in asked:  # two services on one key (same mark, both families): their sum
+                active, inactive = active + now[key][0], inactive + now[key][1]
             asked.add(key)
-            now[key] = (
-                active + sum(d.active_conns for d in dests),
-                inactive + sum(d.inactive_conns for d in dests),
-            )
+            now[key] = (active, inactive)
     return now
+
+
+def _dests_by_key(genl: GenericNetlink, svc: IpvsService) -> LazyDests:
+    """One virtual server's real servers, dumped by its key: no position in the table every
+    namespace shares to lose (ipvs_proc), and none for a service the kernel no longer has."""
+    raw = tuple(genl.request(genl.family_id, CMD_GET_DEST, GENL_VERSION, service_key(svc)))
+    family = socket.AF_INET6 if svc.family == 6 else socket.AF_INET
+    return LazyDests(raw, functools.partial(parse_dest, service_family=family))
+
+
+def _connections(dests: Iterable[IpvsDest]) -> tuple[int, int]:
+    """The active and the inactive connections through these real servers."""
+    active = inactive = 0
+    for d in dests:
+        active += d.active_conns
+        inactive += d.inactive_conns
+    return active, inactive
 
 
 def _dump_services(genl: GenericNetlink) -> list[IpvsService]:
