@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from tests.realkp.node import path_without_modprobe, tool_dir
+from tests.realkp.node import path_without, tool_dir
 
 THREADS = 16
 ROUNDS = 20
@@ -57,7 +57,7 @@ def test_path_without_modprobe_made_by_many_threads_at_once(tmp_path: Path) -> N
     )
     for i in range(3):
         work = tmp_path / str(i)
-        errors = _race(work, lambda w=work: path_without_modprobe("nft", w))
+        errors = _race(work, lambda w=work: path_without("nft", w))
         assert errors == []
         assert sorted(os.listdir(work / "bin-no-modprobe")) == expected
         assert sorted(p.name for p in work.iterdir()) == ["bin-nft", "bin-no-modprobe"]

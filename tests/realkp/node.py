@@ -34,10 +34,11 @@ T = TypeVar("T")
 # `ipvsadm -S -n` as a dump the kernel did not skip: the service dump resumes each part by
 # position in one table of every namespace's services (ip_vs_genl_dump_services) and never sets
 # NLM_F_DUMP_INTR, so while other nodes' kube-proxies add or remove services, this namespace's
-# dump may miss one or list one twice without a word (the agent refuses such a dump:
-# agent/readers/ipvs.py _check_dump). /proc/net/ip_vs counts this namespace's services only:
-# read again until the dump has as many services as it, none twice (bounded; the last read is
-# kept, and a real change between the two reads only costs a retry).
+# dump may miss one or list one twice without a word. /proc/net/ip_vs resumes its pages the
+# same way, but they end at other services than the dump's parts: read again until the dump
+# has as many services as /proc lists, none twice (bounded; the last read is kept, and a real
+# change between the two reads only costs a retry). The agent's own check is stronger
+# (agent/readers/ipvs.py: two dumps and the kernel's IPv4 count).
 IPVSADM_SAVE = (
     "for try in 1 2 3 4 5 6 7 8; do"
     " s=$(ipvsadm -S -n 2>/dev/null);"
@@ -103,10 +104,6 @@ def path_without(backend: str, workdir: Path, drop: tuple[str, ...] = ("modprobe
 
     d = made_once(workdir / f"bin-no-{'-'.join(sorted(drop))}", populate)
     return f"{tool_dir(backend, workdir)}:{d}"
-
-
-def path_without_modprobe(backend: str, workdir: Path) -> str:
-    return path_without(backend, workdir)
 
 
 DROPS = (("modprobe",), ("ipset",), ("ipset", "modprobe"))
