@@ -16,10 +16,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.monitor import GuestMonitor
 from tests.control_plane import KUBERNETES_VERSION
 from tests.realkp import state as st
 from tests.realkp.node import KubeProxy, NodeNet, make_shared_tools, sh
@@ -56,6 +58,14 @@ class VMNode(NodeNet):
     @property
     def v4(self) -> str:
         return NODE_IP
+
+
+def out_dir() -> Path:
+    """Where the tier keeps what it writes, on the host's side of the VM (VM_OUT): the node's
+    logs go there as they are written, so that a stalled or killed run keeps them."""
+    d = Path(os.environ.get("VM_OUT", "/tmp")) / "cluster-node"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def control_plane_dir() -> Path:
@@ -209,6 +219,8 @@ class Node:
     kube_proxy: KubeProxy | None = None
     states: dict[str, st.State] = field(default_factory=dict)
     made_ipvs: set[str] = field(default_factory=set)
+    monitor: GuestMonitor | None = None
+    unready_since: float | None = None  # when check_healthy first saw the Node not Ready
 
     # -- the operator's tools ----------------------------------------------------------------
 
@@ -232,7 +244,7 @@ class Node:
         return p.stdout
 
     def log(self, name: str) -> Path:
-        return self.work / f"{name}.log"
+        return out_dir() / f"{name}.log"
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.log(name), "ab") as f:
@@ -253,6 +265,8 @@ class Node:
     def start(self) -> None:
         t0 = time.monotonic()
         self.work.mkdir(parents=True, exist_ok=True)
+        self.monitor = GuestMonitor(out_dir() / "guest-monitor.log")
+        self.monitor.start()
         sh(["modprobe", "-a", *MODULES])
         for d in STATE_DIRS:
             Path(d).mkdir(parents=True, exist_ok=True)
@@ -320,6 +334,60 @@ class Node:
         _wait("the Node Ready", ready, 300, every=3)
         self.timings["kubelet"] = time.monotonic() - t0
 
+    # -- health: a wait that would outlast a dead node says so at once ----------------------
+
+    def node_problem(self) -> str | None:
+        """None while the kubelet runs and the Node is Ready; else what is wrong."""
+        p = self.procs.get("kubelet")
+        if p is not None and p.poll() is not None:
+            return f"the kubelet exited {p.returncode}"
+        doc = json.loads(self.kubectl("get", "node", NODE_NAME, "-o", "json"))
+        conds = {c["type"]: c for c in doc["status"]["conditions"]}
+        ready = conds.get("Ready", {})
+        if ready.get("status") == "True":
+            return None
+        return (
+            f"the Node is Ready={ready.get('status')} since {ready.get('lastTransitionTime')} "
+            f"({ready.get('reason')}: {ready.get('message')}); its last heartbeat "
+            f"{ready.get('lastHeartbeatTime')}"
+        )
+
+    def check_healthy(self, grace: float = 120.0) -> None:
+        """Raise, with the kubelet's last lines and what the guest spent its CPU on, once the
+        node has been unhealthy for `grace` seconds: a Node that stopped posting its status
+        (CI12) can make no Pod Ready, and a wait for one would only use up its deadline. A
+        shorter lapse (a loaded host can delay a few of the kubelet's posts) is waited out."""
+        problem = self.node_problem()
+        now = time.monotonic()
+        if problem is None:
+            self.unready_since = None
+            return
+        self.unready_since = self.unready_since or now
+        if now - self.unready_since < grace:
+            return
+        kubelet = self.log("kubelet").read_text(errors="replace").splitlines()[-30:]
+        monitor = self.monitor.tail() if self.monitor else "(no guest monitor)"
+        raise RuntimeError(
+            f"node {NODE_NAME} unhealthy for {now - self.unready_since:.0f} s: {problem}\n"
+            f"the kubelet's last lines:\n" + "\n".join(kubelet) + f"\nthe guest:\n{monitor}"
+        )
+
+    def wait(
+        self, what: str, ready: Callable[[], bool], timeout: float,
+        describe: Callable[[], str] = lambda: "", every: float = 3.0,
+    ) -> None:  # fmt: skip
+        """ready() every `every` s until true, the node's health checked every 30 s on the way
+        (check_healthy); gives up after `timeout` s with what describe() says then."""
+        deadline = time.monotonic() + timeout
+        checked = time.monotonic()
+        while not ready():
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{what}: not within {timeout:g} s; {describe()}")
+            if time.monotonic() - checked >= 30:
+                self.check_healthy()
+                checked = time.monotonic()
+            time.sleep(every)
+
     # -- the migration -----------------------------------------------------------------------
 
     def migrate(self) -> st.State:
@@ -347,6 +415,8 @@ class Node:
     def stop(self) -> None:
         if self.kube_proxy is not None:
             self.kube_proxy.stop()
+        if self.monitor is not None:
+            self.monitor.stop()
         for name in reversed(list(self.procs)):
             p = self.procs[name]
             if p.poll() is None:

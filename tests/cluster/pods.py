@@ -4,20 +4,14 @@ tier writes what it keeps (VM_OUT)."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
-from tests.cluster.node import Node
+from tests.cluster.node import Node, out_dir
+
+__all__ = ["NAMESPACE", "SELECTOR", "agent_pod", "out_dir", "pod_ready"]
 
 NAMESPACE = "ipvs-leftovers"
 SELECTOR = "app.kubernetes.io/name=ipvs-leftovers"
-
-
-def out_dir() -> Path:
-    d = Path(os.environ.get("VM_OUT", "/tmp")) / "cluster-node"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def agent_pod(

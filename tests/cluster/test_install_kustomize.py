@@ -56,25 +56,29 @@ def installed(node: Node) -> Iterator[dict[str, Any]]:
     node.kubectl("apply", "--server-side", *(a for k in CRDS for a in ("-f", str(crds / k))))
     node.kubectl("apply", "-k", str(repo_path("daemonset", "setup")))
     node.kubectl("apply", "-k", str(repo_path("daemonset")))
-    deadline = time.monotonic() + POD_DEADLINE
-    pod = agent_pod(node)
-    while not pod_ready(pod) and time.monotonic() < deadline:
-        time.sleep(3)
-        pod = agent_pod(node)
-    node.timings["install to Ready"] = time.monotonic() - t0
-    events = node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json")
-    (out_dir() / "events.json").write_text(events)
-    assert pod is not None and pod_ready(pod), (
-        f"the agent's Pod is not Ready after {POD_DEADLINE:g} s: {json.dumps(pod)[-3000:]}; "
-        f"events: {[e.get('message') for e in json.loads(events)['items']][-10:]}"
-    )
+    seen: dict[str, Any] = {}
+
+    def ready() -> bool:
+        seen["pod"] = agent_pod(node)
+        return pod_ready(seen["pod"])
+
+    try:
+        node.wait("the agent's Pod Ready", ready, POD_DEADLINE, lambda: json.dumps(seen)[-3000:])
+    finally:
+        node.timings["install to Ready"] = time.monotonic() - t0
+        # check=False: a failed wait's own error is the one to see, not this read's
+        events = node.kubectl("-n", NAMESPACE, "get", "events", "-o", "json", check=False)
+        events = events or '{"items": []}'
+        (out_dir() / "events.json").write_text(events)
+        print("events:", [e.get("message") for e in json.loads(events)["items"]][-10:])
+    pod = seen["pod"]
     yield {"pod": pod, "image": image, "events": json.loads(events)["items"]}
     # the next module installs its own agent on the node's port: this one leaves first
     node.kubectl("delete", "-k", str(repo_path("daemonset")), "--wait=true", "--timeout=300s")
-    gone = time.monotonic() + 300
-    while agent_pod(node) is not None:
-        assert time.monotonic() < gone, "the base's agent Pod outlived its DaemonSet by 300 s"
-        time.sleep(3)
+    node.wait(
+        "the base's agent Pod gone after its DaemonSet",
+        lambda: agent_pod(node) is None, 300, lambda: json.dumps(agent_pod(node))[-2000:],
+    )  # fmt: skip
 
 
 def test_node_registers_and_is_ready(node: Node) -> None:
