@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -371,6 +372,16 @@ def _sequence(ctx: NodeCtx, binaries: dict[str, Path]) -> None:
         _c(ctx)
 
 
+def _keep_kube_proxy_logs(net: NodeNet, work: Path) -> None:
+    """A failed node's kube-proxy logs, whole, beside its record on the host (VM_OUT): the
+    error keeps only a tail, and ci13's seven nodes whose IPv6 proxier never synced under
+    load could not be read further back than it."""
+    d = OUT / net.ns
+    d.mkdir(parents=True, exist_ok=True)
+    for log in work.glob(f"{net.ns}-*.log"):
+        shutil.copyfile(log, d / log.name)
+
+
 def run_node(spec: NodeSpec, work: Path, sctp: bool) -> NodeRun:
     net = spec.net
     run = NodeRun(net)
@@ -390,6 +401,7 @@ def run_node(spec: NodeSpec, work: Path, sctp: bool) -> NodeRun:
         _sequence(NodeCtx(spec, run, kp, api, work), binaries)
     except Exception as exc:  # recorded: the tests report it per node
         run.error = f"{type(exc).__name__}: {exc}"
+        _keep_kube_proxy_logs(net, work)
     finally:
         if kp is not None:
             kp.stop()
