@@ -37,12 +37,14 @@ T = TypeVar("T")
 # dump may miss one or list one twice without a word. /proc/net/ip_vs resumes its pages the
 # same way, but they end at other services than the dump's parts. A listing is taken when two
 # dumps in a row are identical, list no service twice and have as many services as /proc (a
-# real change between them only costs a retry); after 12 tries without one, exit 3 and say so:
-# a listing that only may be whole can make the settle wait below see a change kube-proxy never
-# made, or a node's state lack a service it has. The agent's own check is stronger
+# real change between them only costs a retry). After 12 tries without one it says so, on stderr
+# and as a "!! " line that parse_ipvs refuses, and exits 3 (from a subshell: state.read runs it
+# in one shell with the other tools, which must still run). A listing that only may be whole
+# could make the settle wait below see a change kube-proxy never made, or a node's state lack a
+# service it has. The agent's own check is stronger
 # (agent/readers/ipvs.py: two dumps and the kernel's IPv4 count).
 IPVSADM_SAVE = (
-    "prev=; for try in 1 2 3 4 5 6 7 8 9 10 11 12; do"
+    "(prev=; for try in 1 2 3 4 5 6 7 8 9 10 11 12; do"
     " s=$(ipvsadm -S -n 2>/dev/null);"
     " a=$(printf '%s\\n' \"$s\" | grep -c '^-A');"
     " u=$(printf '%s\\n' \"$s\" | grep '^-A' | sort -u | grep -c .);"
@@ -50,8 +52,8 @@ IPVSADM_SAVE = (
     ' if [ "$try" -gt 1 ] && [ "$s" = "$prev" ] && [ "$a" = "$u" ] && [ "$a" = "${p:-0}" ];'
     " then printf '%s\\n' \"$s\"; exit 0; fi;"
     " prev=$s;"
-    " done; echo 'ipvsadm -S -n: no two dumps in a row agreed with /proc/net/ip_vs in 12 tries' >&2;"
-    " exit 3"
+    " done; m='ipvsadm -S -n: no two dumps in a row agreed with /proc/net/ip_vs in 12 tries';"
+    ' echo "$m" >&2; echo "!! $m"; exit 3)'
 )
 
 

@@ -69,6 +69,8 @@ def parse_ipvs(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     services: dict[str, list[str]] = {}
     lines: dict[str, str] = {}
     for line in text.splitlines():
+        if line.startswith("!! "):  # IPVSADM_SAVE found no listing it could vouch for
+            raise RuntimeError(line[3:])
         words = line.split()
         if not words:
             continue

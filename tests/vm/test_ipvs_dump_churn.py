@@ -171,3 +171,41 @@ def test_every_proc_read_is_exact_or_says_it_could_not_be(
     # exact or an error, always; and mostly read: 89 of 100 summaries (11 gave up after four
     # attempts) with five namespaces syncing and another VM beside this one (2026-12-07)
     assert seen.get(whole, 0) >= 75, seen
+
+
+def test_the_realkp_tiers_ipvsadm_listing_is_exact_or_fails(
+    netns: Callable[[], str], five_syncing: None
+) -> None:
+    """The real-kube-proxy tier reads a node's IPVS with `ipvsadm -S -n` (tests/realkp/node.py,
+    IPVSADM_SAVE) under the same churn: its listing is taken when two dumps in a row agree with
+    each other and with /proc's count, else it exits 3 and says so. Never a listing that lacks
+    a service or has one twice: that would make a node's state (its tests' expectations) wrong,
+    or a settle wait see a change kube-proxy never made."""
+    from tests.realkp.node import IPVSADM_SAVE
+
+    ns = _mixed(netns)
+    # the services _mixed made, as ipvsadm -S names them: (protocol flag, address:port)
+    made = sorted(
+        key
+        for i in range(1, 41)
+        for key in (
+            ("-t", f"10.1.0.{i}:80"),
+            ("-u", f"10.1.1.{i}:514"),
+            ("-t", f"[fd00:96::{i}]:8080"),
+        )
+    )
+    seen: dict[object, int] = {}
+    for _ in range(40):
+        p = subprocess.run(
+            ["ip", "netns", "exec", ns, "sh", "-c", IPVSADM_SAVE], capture_output=True, text=True
+        )
+        if p.returncode != 0:
+            key: object = (p.returncode, p.stderr.strip())
+        else:
+            listed = sorted(
+                (w[1], w[2]) for w in map(str.split, p.stdout.splitlines()) if w[:1] == ["-A"]
+            )
+            key = "exact" if listed == made else f"wrong: {len(listed)} listed"
+        seen[key] = seen.get(key, 0) + 1
+    assert all(k == "exact" or isinstance(k, tuple) for k in seen), seen
+    assert seen.get("exact", 0) >= 30, seen
