@@ -376,10 +376,13 @@ def _keep_kube_proxy_logs(net: NodeNet, work: Path) -> None:
     """A failed node's kube-proxy logs, whole, beside its record on the host (VM_OUT): the
     error keeps only a tail, and ci13's seven nodes whose IPv6 proxier never synced under
     load could not be read further back than it."""
-    d = OUT / net.ns
-    d.mkdir(parents=True, exist_ok=True)
-    for log in work.glob(f"{net.ns}-*.log"):
-        shutil.copyfile(log, d / log.name)
+    try:
+        d = OUT / net.ns
+        d.mkdir(parents=True, exist_ok=True)
+        for log in work.glob(f"{net.ns}-*.log"):
+            shutil.copyfile(log, d / log.name)
+    except OSError as exc:  # the node's error stays the one to report
+        print(f"{net.ns}: its kube-proxy logs not kept: {exc}")
 
 
 def run_node(spec: NodeSpec, work: Path, sctp: bool) -> NodeRun:
